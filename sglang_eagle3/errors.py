@@ -1,0 +1,58 @@
+"""The one error type for wrong user input: a message, where it came from, and how to fix it."""
+
+from __future__ import annotations
+
+
+class WiringError(ValueError):
+    """A user-facing wiring problem (bad config, bad ids, mismatched widths, ...).
+
+    ``str()`` renders one readable line: ``"<path>: <message>. Fix: <fix>"``; the path and the
+    fix parts are left out when unknown.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, fix: str | None = None) -> None:
+        self.message = message
+        self.path = None if path is None else str(path)
+        self.fix = fix
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        text = self.message.rstrip()
+        if self.path:
+            text = f"{self.path}: {text}"
+        if self.fix:
+            text = f"{text.rstrip('.')}. Fix: {self.fix.rstrip()}"
+        return text
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def with_path(self, path: str | None) -> WiringError:
+        """A copy that names ``path`` (used when a lower layer did not know the file)."""
+        keep = path if self.path is None else self.path
+        return WiringError(self.message, path=keep, fix=self.fix)
+
+    def __reduce__(self):  # keep pickling (multiprocessing) working with keyword-only args
+        return (_rebuild, (self.message, self.path, self.fix))
+
+
+def _rebuild(message: str, path: str | None, fix: str | None) -> WiringError:
+    return WiringError(message, path=path, fix=fix)
+
+
+class AmbiguousIdsError(WiringError):
+    """Ids that read validly in more than one convention, with nothing saying which.
+
+    The plugin keeps stock SGLang's behaviour for these (and says so); the launcher refuses.
+    """
+
+    def with_path(self, path: str | None) -> AmbiguousIdsError:
+        keep = path if self.path is None else self.path
+        return AmbiguousIdsError(self.message, path=keep, fix=self.fix)
+
+    def __reduce__(self):
+        return (AmbiguousIdsError._rebuild_ambiguous, (self.message, self.path, self.fix))
+
+    @staticmethod
+    def _rebuild_ambiguous(message: str, path: str | None, fix: str | None) -> AmbiguousIdsError:
+        return AmbiguousIdsError(message, path=path, fix=fix)
