@@ -1,0 +1,19 @@
+"""CPU test harness for running real SGLang 0.5.23 without a GPU: for tests and demos, not speed.
+
+`shim/` holds a package importable as `sgl_kernel` whose ops are plain PyTorch reference
+implementations of the few kernels SGLang's CPU engine calls for a tiny DeepSeek-V3 target
+with an EAGLE-3 drafter. It is put on PYTHONPATH only in the test/demo environment (see
+`sglang_eagle3.cpu_env.harness_env`) and refuses to import when a real `sgl_kernel` is
+importable, so it can never shadow one.
+
+This module stays import-light (no torch, no sglang): the launcher reads `SHIM_DIR` from it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# Directory to put on PYTHONPATH so that `import sgl_kernel` finds the reference kernels.
+SHIM_DIR = Path(__file__).resolve().parent / "shim"
+
+__all__ = ["SHIM_DIR"]
