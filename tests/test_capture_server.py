@@ -1,0 +1,151 @@
+"""Real SGLang 0.5.23 servers on 127.0.0.1 (CPU harness) with the plugin on and off.
+
+One plain server is the baseline; EAGLE-3 servers use seeded random-weight flat drafts
+(random weights propose poor tokens but exercise startup, capture and verification).
+"""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import psutil
+import pytest
+
+from sglang_eagle3.tiny.random_draft import write_random_flat_draft
+
+pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+
+FP32 = ["--dtype", "float32"]
+EAGLE = ["--attention-backend", "intel_amx", "--speculative-algorithm", "EAGLE3",
+         "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+         "--speculative-num-draft-tokens", "4"]  # fmt: skip
+PROMPTS = [
+    "def main(", "import os\n", "class Foo:", "for i in range(", "return self.",
+    "if __name__ ==", "    def __init__(self", "# Copyright", "try:\n    ", "print(",
+]  # fmt: skip
+HARNESS_ONLY = {"SGLANG_PLUGINS": "sglang_eagle3_cpu_harness"}  # stock SGLang + CPU harness
+
+
+def greedy(srv, text: str, n: int = 12) -> dict:
+    return srv.post("/generate", {"text": text, "sampling_params": {"max_new_tokens": n,
+                                                                    "temperature": 0}})  # fmt: skip
+
+
+def scheduler_pids(srv) -> list[int]:
+    out = []
+    for pid in srv.pids():
+        try:
+            if "scheduler" in " ".join(psutil.Process(pid).cmdline()):
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@pytest.fixture(scope="module")
+def seed_draft(tiny_target, tmp_path_factory):
+    # The seed's fix: output-of-layer ids starting with -1 (embed); crashes stock 0.5.23.
+    return write_random_flat_draft(
+        tmp_path_factory.mktemp("draft") / "seed", tiny_target,
+        eagle_config={"eagle_aux_hidden_state_layer_ids": [-1, 2, 5]},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def plain(module_server_factory, tiny_target):
+    return module_server_factory(tiny_target, FP32 + ["--attention-backend", "intel_amx"],
+                                 name="plain")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def plain_outputs(plain):
+    return {p: greedy(plain, p)["output_ids"] for p in PROMPTS}
+
+
+def test_plain_server_serves_and_plugin_loads_in_every_process(plain):
+    out = greedy(plain, "def main(", 16)
+    assert len(out["output_ids"]) == 16
+    sched = scheduler_pids(plain)
+    assert sched, "no scheduler process found"
+    log = plain.log()
+    loaded = {int(m) for m in re.findall(r"plugin loaded in process \S+ \(pid (\d+)\)", log)}
+    assert plain.proc.pid in loaded, "plugin not loaded in the launcher process"
+    assert set(sched) <= loaded, f"plugin not loaded in scheduler {sched}; loaded in {loaded}"
+    assert len(loaded) >= 3, "launcher, scheduler and detokenizer each load the plugin"
+    assert "hooks NOT in place" not in log
+    assert log.count("hooks verified in place") == len(loaded)
+
+
+def test_seed_style_ids_capture_declared_taps_and_stay_lossless(
+    module_server_factory, tiny_target, seed_draft, plain_outputs
+):
+    srv = module_server_factory(
+        tiny_target, FP32 + EAGLE + ["--speculative-draft-model-path", str(seed_draft)],
+        name="eagle-seed",
+    )  # fmt: skip
+    # The capture hook runs where the target model is built: the scheduler process.
+    line = re.search(r"pid=(\d+)\] INFO DeepseekV3ForCausalLM: capturing taps (.*)", srv.log())
+    assert line, srv.log()[-3000:]
+    assert int(line.group(1)) in scheduler_pids(srv)
+    assert line.group(2).startswith("embed, layer:2, layer:5 (SGLang capture indices [0, 3, 6]")
+    assert "output-of-layer" in line.group(2)
+
+    spec = {p: greedy(srv, p) for p in PROMPTS}
+    for p in PROMPTS:
+        assert spec[p]["output_ids"] == plain_outputs[p], f"speculative output differs for {p!r}"
+    assert all(spec[p]["meta_info"]["spec_verify_ct"] > 0 for p in PROMPTS)
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda p: greedy(srv, p, 8), PROMPTS[:8]))
+    assert [r["output_ids"] for r in results] == [plain_outputs[p][:8] for p in PROMPTS[:8]]
+
+
+def test_stock_sglang_crashes_on_seed_style_ids(server_factory, tiny_target, seed_draft):
+    srv = server_factory(
+        tiny_target, FP32 + EAGLE + ["--speculative-draft-model-path", str(seed_draft)],
+        name="eagle-seed-stock", wait=False, env=HARNESS_ONLY,
+    )  # fmt: skip
+    with pytest.raises(RuntimeError, match="server exited"):
+        srv.wait_ready(timeout=240)
+    log = srv.log()
+    # What the reference recorded for stock 0.5.23: the -1 never matches a loop index.
+    assert "RuntimeError: captured 2 of 3 aux hidden states" in log
+    assert "capturing taps" not in log
+
+
+def test_capture_only_mode_returns_the_declared_taps_exactly(server_factory, tiny_target):
+    """SGLang's capture-only mode over HTTP against HF output_hidden_states, fp32."""
+    import torch
+
+    from sglang_eagle3.tiny.checkpoint import load_hf_target
+
+    layout = "layer:5,embed,layer:2"  # not ascending: SGLang fills embed, layer:2, layer:5
+    srv = server_factory(
+        tiny_target,
+        FP32 + ["--attention-backend", "torch_native", "--enable-return-aux-hidden-states",
+                "--speculative-algorithm", "EAGLE3"],
+        name="capture-only", env={"SGLANG_EAGLE3_LAYOUT": layout},
+    )  # fmt: skip
+    assert "capturing taps layer:5, embed, layer:2 (SGLang capture indices [0, 3, 6]" in srv.log()
+    prompt = [0, 17, 300, 45, 99, 512, 7, 64]
+    params = {"max_new_tokens": 4, "temperature": 0}
+    req = {"input_ids": prompt, "return_hidden_states": True, "sampling_params": params}
+    out = srv.post("/generate", req)
+    chunks = out["meta_info"]["hidden_states"]
+    rows = [torch.tensor(chunks[0])] + [torch.tensor(c).reshape(1, -1) for c in chunks[1:]]
+    got = torch.cat(rows).double()  # [positions, 3 * hidden], ascending capture order
+    tokens = prompt + out["output_ids"]
+    # The prefill chunk covers only the tokens not already in SGLang's radix cache.
+    start = len(prompt) - len(chunks[0])
+    assert start == out["meta_info"]["cached_tokens"]
+    with torch.no_grad():
+        hs = load_hf_target(tiny_target)(torch.tensor([tokens]), output_hidden_states=True)
+    hf = torch.cat([hs.hidden_states[i][0] for i in (0, 3, 6)], -1).double()  # embed, l2, l5
+    assert len(chunks) >= 3, "a prefill and at least two decode steps"
+    hf = hf[start : start + got.shape[0]]
+    diff = (got - hf).abs().max().item()
+    assert diff < 1e-4, diff
+    # Shifted by one tap (what input-to-layer / output-of-layer confusion gives) is far off.
+    shifted = torch.cat([hs.hidden_states[i][0] for i in (1, 4, 7)], -1).double()
+    assert (got - shifted[start : start + got.shape[0]]).abs().max().item() > 1e-2
