@@ -16,17 +16,28 @@ from pathlib import Path
 
 from sglang_eagle3.cpu_env import harness_env
 
-# Flags that run SGLang 0.5.23 on the CPU harness; see docs in README ("CPU harness").
-CPU_FLAGS = [
-    "--device", "cpu",
-    "--cuda-graph-backend-decode", "disabled",
-    "--cuda-graph-backend-prefill", "disabled",
-    "--skip-server-warmup",
-    "--mem-fraction-static", "0.1",
-    "--max-total-tokens", "4096",
-    "--chunked-prefill-size", "512",
-    "--max-running-requests", "8",
-]  # fmt: skip
+# Flags that run SGLang 0.5.23 on the CPU harness (see README, "CPU harness").
+CPU_DEFAULTS: tuple[tuple[str, str | None], ...] = (
+    ("--device", "cpu"),
+    # The one CPU backend that also verifies EAGLE drafts (with the reference kernels).
+    ("--attention-backend", "intel_amx"),
+    ("--cuda-graph-backend-decode", "disabled"),
+    ("--cuda-graph-backend-prefill", "disabled"),
+    ("--skip-server-warmup", None),
+    ("--mem-fraction-static", "0.1"),
+    ("--max-total-tokens", "4096"),
+    ("--chunked-prefill-size", "512"),
+    ("--max-running-requests", "8"),
+)
+
+
+def with_cpu_defaults(argv: list[str]) -> list[str]:
+    """`argv` plus every CPU default flag it does not set itself."""
+    out = list(argv)
+    for flag, value in CPU_DEFAULTS:
+        if not any(a == flag or a.startswith(flag + "=") for a in out):
+            out += [flag] if value is None else [flag, value]
+    return out
 
 
 def free_port() -> int:
@@ -131,7 +142,7 @@ def sglang_server(
     port = free_port()
     argv = [sys.executable, "-m", module, "--model-path", str(model_path)]
     argv += ["--host", "127.0.0.1", "--port", str(port)]
-    argv += (CPU_FLAGS if cpu else []) + list(extra)
+    argv += with_cpu_defaults(list(extra)) if cpu else list(extra)
     full_env = {**os.environ, **(env or {})}
     full_env = harness_env(full_env) if cpu else full_env
     return ServerProcess(argv=argv, log_path=log_path, port=port, env=full_env)

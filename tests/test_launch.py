@@ -1,0 +1,191 @@
+"""The launcher: dry-run goldens, bad input before any SGLang process, a real CPU server."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+try:
+    from conftest_helpers_layout import (
+        build_speculators_draft,
+        flat_config,
+        make_flat_draft,
+        write_json,
+    )
+except ImportError:  # tests/ imported as a package
+    from tests.conftest_helpers_layout import (
+        build_speculators_draft,
+        flat_config,
+        make_flat_draft,
+        write_json,
+    )
+
+GOLDEN = Path(__file__).parent / "golden"
+SEED_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
+              "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]  # fmt: skip
+
+
+def kimi_k25_target(directory: Path) -> Path:
+    """A config-only Kimi-K2.5-shaped target: 61 DeepSeek-V3 layers, hidden 7168."""
+    text = {"architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 61,
+            "hidden_size": 7168, "vocab_size": 163840}  # fmt: skip
+    return write_json(directory / "config.json", {
+        "architectures": ["KimiK25ForConditionalGeneration"], "text_config": text,
+    }).parent  # fmt: skip
+
+
+def run_launch(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    code = (
+        "import sys; from sglang_eagle3.launch import main; rc = main(sys.argv[1:]); "
+        "print('SGLANG_IMPORTED' if 'sglang' in sys.modules else '', file=sys.stderr); "
+        "sys.exit(rc)"
+    )
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def normalized(text: str, tmp: Path) -> str:
+    text = text.replace(str(tmp), "<tmp>").replace(sys.executable, "<python>")
+    return re.sub(r"-[0-9a-f]{12}\b", "-<hash>", text)  # converted-draft cache keys
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN") == "1":  # regenerate, review the diff, commit
+        path.write_text(text)
+    assert path.exists(), f"missing golden {path}; run with UPDATE_GOLDEN=1 and review"
+    assert text == path.read_text(), f"{name} differs from the golden output"
+
+
+def test_dry_run_golden_for_the_seed_scenario(tmp_path):
+    target = kimi_k25_target(tmp_path / "kimi")
+    draft = make_flat_draft(tmp_path / "draft", flat_config(hidden=7168, ids=[-1, 2, 30]),
+                            fc_in=3 * 7168)  # fmt: skip
+    args = ["--dry-run", "--model-path", str(target), "--speculative-draft-model-path",
+            str(draft), "--tp-size", "8", *SEED_FLAGS]  # fmt: skip
+    text = run_launch(args, tmp_path)
+    assert text.returncode == 0, text.stderr
+    check_golden("seed_dry_run.txt", normalized(text.stdout, tmp_path))
+    out = run_launch(args + ["--json"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["layout"] == ["embed", "layer:2", "layer:30"]
+    assert plan["capture_indices"] == [0, 3, 31]
+    assert "output-of-layer" in plan["layout_source"]
+    assert plan["speculative"] == {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
+    assert plan["env"] == {"SGLANG_EAGLE3_LAYOUT": "embed,layer:2,layer:30"}
+    assert "--tp-size" in plan["sglang_argv"]  # SGLang's own flags pass through unchanged
+    check_golden("seed_dry_run.json", normalized(json.dumps(plan, indent=2), tmp_path) + "\n")
+    assert "SGLANG_IMPORTED" not in out.stderr
+
+
+def test_dry_run_golden_for_a_speculators_draft(tmp_path):
+    pytest.importorskip("speculators")
+    target = write_json(tmp_path / "target" / "config.json", {
+        "architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 8, "hidden_size": 64,
+    }).parent  # fmt: skip
+    draft = build_speculators_draft(tmp_path / "spec", ids=[0, 3, 6], hidden=64)
+    args = ["--dry-run", "--json", "--model-path", str(target), "--speculative-draft-model-path",
+            str(draft), "--speculative-algorithm", "EAGLE3", "--draft-cache-dir",
+            str(tmp_path / "cache")]  # fmt: skip
+    out = run_launch(args, tmp_path)
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["layout"] == ["embed", "layer:2", "layer:5"]  # input-to-layer ids [0, 3, 6]
+    assert plan["draft"]["format"] == "speculators"
+    served = plan["draft"]["served_from"]
+    assert served.startswith(str(tmp_path / "cache"))
+    assert not Path(served).exists(), "a dry run writes nothing"
+    assert {c["flag"] for c in plan["changes"]} >= {"--speculative-draft-model-path",
+                                                    "--speculative-num-steps"}  # fmt: skip
+    check_golden(
+        "speculators_dry_run.json", normalized(json.dumps(plan, indent=2), tmp_path) + "\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "case,extra,message",
+    [
+        ("seed flags", ["--speculative-num-steps", "1", "--speculative-eagle-topk", "1",
+                        "--speculative-num-draft-tokens", "16"], "--speculative-num-steps 15"),
+        ("no draft", ["--no-draft"], "EAGLE3 needs --speculative-draft-model-path"),
+        ("missing draft dir", ["--draft", "missing"], "draft directory not found"),
+        ("ambiguous ids", ["--ids", "2,4,5"], "do not say which id convention"),
+        ("no ids", ["--ids", ""], "does not say which hidden states it was trained on"),
+        ("width", ["--fc-in", "100"], "fc.weight takes 100 input features"),
+        ("last layer", ["--hidden-state-layout", "embed,layer:2,layer:7"],
+         "output of the last decoder layer"),
+        ("tbo", ["--enable-two-batch-overlap"], "two-batch overlap"),
+        ("bad target", ["--model-path", "nowhere"], "no config.json for the target model"),
+    ],
+)  # fmt: skip
+def test_bad_input_exits_2_with_one_message_before_sglang(tmp_path, case, extra, message):
+    target = write_json(tmp_path / "t" / "config.json", {
+        "architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 8, "hidden_size": 16,
+    }).parent  # fmt: skip
+    ids, fc_in, draft, extra = [-1, 2, 5], 48, None, list(extra)
+    if "--ids" in extra:
+        raw = extra[extra.index("--ids") + 1]
+        ids = [int(x) for x in raw.split(",")] if raw else None
+        extra = []
+    if "--fc-in" in extra:
+        fc_in, extra = int(extra[1]), []
+    if "--draft" in extra:
+        draft, extra = str(tmp_path / extra[1]), []
+    made = make_flat_draft(tmp_path / "d", flat_config(hidden=16, ids=ids), fc_in=fc_in)
+    args = ["--model-path", str(target), "--speculative-algorithm", "EAGLE3"]
+    if "--no-draft" in extra:
+        extra = []
+    else:
+        args += ["--speculative-draft-model-path", draft or str(made)]
+    if "--model-path" in extra:
+        args[1], extra = str(tmp_path / extra[1]), []
+    out = run_launch(args + extra, tmp_path)
+    assert out.returncode == 2, (case, out.stdout, out.stderr)
+    err = [line for line in out.stderr.splitlines() if line.strip()]
+    assert err[0].startswith("python -m sglang_eagle3.launch: error:"), err
+    assert message in err[0], err[0]
+    assert "SGLANG_IMPORTED" not in out.stderr, "validation must happen before SGLang loads"
+
+
+def test_help_shows_ours_then_points_to_sglang(tmp_path):
+    out = run_launch(["--help"], tmp_path)
+    assert out.returncode == 0
+    assert out.stdout.index("--hidden-state-layout") < out.stdout.index(
+        "sglang.launch_server --help"
+    )
+
+
+@pytest.mark.sglang
+@pytest.mark.slow
+def test_real_cpu_server_through_the_launcher_stops_cleanly_on_sigterm(server_factory, tiny_target,
+                                                                     tmp_path):  # fmt: skip
+    from sglang_eagle3.tiny.random_draft import write_random_flat_draft
+
+    seed_ids = {"eagle_aux_hidden_state_layer_ids": [-1, 2, 5]}
+    draft = write_random_flat_draft(tmp_path / "seed", tiny_target, eagle_config=seed_ids)
+    srv = server_factory(
+        tiny_target, ["--cpu", "--dtype", "float32", "--speculative-algorithm", "EAGLE3",
+                      "--speculative-draft-model-path", str(draft), "--speculative-num-steps", "3"],
+        name="launcher", module="sglang_eagle3.launch",
+    )  # fmt: skip
+    log = srv.log()
+    assert "sglang-eagle3 wiring" in log and "SGLang capture index" in log
+    assert "capturing taps embed, layer:2, layer:5" in log
+    assert "layout from $SGLANG_EAGLE3_LAYOUT" in log
+    params = {"max_new_tokens": 8, "temperature": 0}
+    out = srv.post("/generate", {"text": "def main(", "sampling_params": params})
+    assert out["meta_info"]["spec_verify_ct"] > 0
+    pids = srv.pids()
+    code = srv.stop(signal.SIGTERM, timeout=60)
+    import psutil
+
+    assert [p for p in pids if psutil.pid_exists(p)] == [], "processes left after SIGTERM"
+    assert code is not None
