@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import os
 
+import torch
 from sglang.srt.plugins.hook_registry import HookType
 
 from sglang_eagle3.capture_plan import CapturePlan, resolve_plan
@@ -22,6 +23,7 @@ DEEPSEEK_CAPTURE = (
     "sglang.srt.models.deepseek_v2.DeepseekV2ForCausalLM.set_eagle3_layers_to_capture"
 )
 EAGLE3_LOAD = "sglang.srt.models.llama_eagle3.LlamaForCausalLMEagle3.load_weights"
+EAGLE3_LAYER = "sglang.srt.models.llama_eagle3.LlamaDecoderLayer.forward"
 
 
 _PROCESS_PLAN: dict[str, CapturePlan] = {}
@@ -67,7 +69,28 @@ def deepseek_set_eagle3_layers_to_capture(original, self, layer_ids=None):
     logger.info(plan.log_line(target))
 
 
+def eagle3_layer_forward(original, self, positions, embeds, hidden_states, forward_batch, residual):
+    """SGLang 0.5.23's first draft layer, with speculators' `norm_before_residual` honoured.
+
+    Stock SGLang keeps the un-normed fc output as the residual; speculators (default
+    norm_before_residual=True) trains with residual = hidden_norm(fc output).
+    """
+    if not (self.is_input_layer and getattr(self, "sglang_eagle3_norm_before_residual", False)):
+        return original(self, positions, embeds, hidden_states, forward_batch, residual)
+    hidden_states = self.hidden_norm(hidden_states)
+    residual = hidden_states
+    hidden_states = torch.cat([self.input_layernorm(embeds), hidden_states], dim=-1)
+    hidden_states = self.self_attn(
+        positions=positions, hidden_states=hidden_states, forward_batch=forward_batch
+    )
+    hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
+    return self.mlp(hidden_states), residual
+
+
 def eagle3_load_weights(result, self, *args, **kwargs):
+    if getattr(self.config, "norm_before_residual", False):
+        self.model.layers[0].sglang_eagle3_norm_before_residual = True
+        logger.info("drafter: norm_before_residual honoured (residual = hidden_norm(fc output))")
     # The target model (and its capture hook) is built before the draft worker loads.
     plan = _PROCESS_PLAN.get("plan")
     if plan is not None and plan.needs_permutation:
@@ -83,4 +106,5 @@ def eagle3_load_weights(result, self, *args, **kwargs):
 HOOKS = [
     (DEEPSEEK_CAPTURE, deepseek_set_eagle3_layers_to_capture, HookType.AROUND),
     (EAGLE3_LOAD, eagle3_load_weights, HookType.AFTER),
+    (EAGLE3_LAYER, eagle3_layer_forward, HookType.AROUND),
 ]

@@ -49,6 +49,7 @@ def seed_draft(tiny_target, tmp_path_factory):
     return write_random_flat_draft(
         tmp_path_factory.mktemp("draft") / "seed", tiny_target,
         eagle_config={"eagle_aux_hidden_state_layer_ids": [-1, 2, 5]},
+        extra_config={"norm_before_residual": True},  # speculators' training default
     )  # fmt: skip
 
 
@@ -90,6 +91,8 @@ def test_seed_style_ids_capture_declared_taps_and_stay_lossless(
     assert int(line.group(1)) in scheduler_pids(srv)
     assert line.group(2).startswith("embed, layer:2, layer:5 (SGLang capture indices [0, 3, 6]")
     assert "output-of-layer" in line.group(2)
+    honoured = re.search(r"pid=(\d+)\] INFO drafter: norm_before_residual honoured", srv.log())
+    assert honoured and int(honoured.group(1)) in scheduler_pids(srv)
 
     spec = {p: greedy(srv, p) for p in PROMPTS}
     for p in PROMPTS:
