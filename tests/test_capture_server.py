@@ -14,6 +14,11 @@ import pytest
 
 from sglang_eagle3.tiny.random_draft import write_random_flat_draft
 
+try:
+    from sglang_checks import capture_vs_hf
+except ImportError:  # tests/ imported as a package
+    from tests.sglang_checks import capture_vs_hf
+
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
 FP32 = ["--dtype", "float32"]
@@ -119,10 +124,6 @@ def test_stock_sglang_crashes_on_seed_style_ids(server_factory, tiny_target, see
 
 def test_capture_only_mode_returns_the_declared_taps_exactly(server_factory, tiny_target):
     """SGLang's capture-only mode over HTTP against HF output_hidden_states, fp32."""
-    import torch
-
-    from sglang_eagle3.tiny.checkpoint import load_hf_target
-
     layout = "layer:5,embed,layer:2"  # not ascending: SGLang fills embed, layer:2, layer:5
     srv = server_factory(
         tiny_target,
@@ -131,24 +132,7 @@ def test_capture_only_mode_returns_the_declared_taps_exactly(server_factory, tin
         name="capture-only", env={"SGLANG_EAGLE3_LAYOUT": layout},
     )  # fmt: skip
     assert "capturing taps layer:5, embed, layer:2 (SGLang capture indices [0, 3, 6]" in srv.log()
-    prompt = [0, 17, 300, 45, 99, 512, 7, 64]
-    params = {"max_new_tokens": 4, "temperature": 0}
-    req = {"input_ids": prompt, "return_hidden_states": True, "sampling_params": params}
-    out = srv.post("/generate", req)
-    chunks = out["meta_info"]["hidden_states"]
-    rows = [torch.tensor(chunks[0])] + [torch.tensor(c).reshape(1, -1) for c in chunks[1:]]
-    got = torch.cat(rows).double()  # [positions, 3 * hidden], ascending capture order
-    tokens = prompt + out["output_ids"]
-    # The prefill chunk covers only the tokens not already in SGLang's radix cache.
-    start = len(prompt) - len(chunks[0])
-    assert start == out["meta_info"]["cached_tokens"]
-    with torch.no_grad():
-        hs = load_hf_target(tiny_target)(torch.tensor([tokens]), output_hidden_states=True)
-    hf = torch.cat([hs.hidden_states[i][0] for i in (0, 3, 6)], -1).double()  # embed, l2, l5
-    assert len(chunks) >= 3, "a prefill and at least two decode steps"
-    hf = hf[start : start + got.shape[0]]
-    diff = (got - hf).abs().max().item()
+    diff, shifted_diff = capture_vs_hf(srv, tiny_target, (0, 3, 6))  # embed, layer:2, layer:5
     assert diff < 1e-4, diff
     # Shifted by one tap (what input-to-layer / output-of-layer confusion gives) is far off.
-    shifted = torch.cat([hs.hidden_states[i][0] for i in (1, 4, 7)], -1).double()
-    assert (got - shifted[start : start + got.shape[0]]).abs().max().item() > 1e-2
+    assert shifted_diff > 1e-2

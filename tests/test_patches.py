@@ -1,0 +1,57 @@
+"""patches/ for SGLang forks: applies to a pristine copy of the pinned sglang and captures
+the declared taps there with the plugin disabled."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+try:
+    from sglang_checks import capture_vs_hf
+except ImportError:  # tests/ imported as a package
+    from tests.sglang_checks import capture_vs_hf
+
+PATCHES = sorted((Path(__file__).parent.parent / "patches").glob("*.patch"))
+
+
+@pytest.fixture(scope="module")
+def patched_sglang(tmp_path_factory) -> Path:
+    import sglang
+
+    pristine = Path(sglang.__file__).parent
+    root = tmp_path_factory.mktemp("fork")
+    shutil.copytree(pristine, root / "sglang", ignore=shutil.ignore_patterns("__pycache__"))
+    for patch in PATCHES:
+        dry = subprocess.run(["patch", "-p1", "--dry-run", "-i", str(patch)], cwd=root,
+                             capture_output=True, text=True)  # fmt: skip
+        assert dry.returncode == 0, f"{patch.name} no longer applies:\n{dry.stdout}{dry.stderr}"
+        subprocess.run(["patch", "-p1", "-i", str(patch)], cwd=root, check=True,
+                       capture_output=True)  # fmt: skip
+    return root
+
+
+def test_there_are_patches():
+    assert PATCHES, "patches/ is empty"
+
+
+@pytest.mark.sglang
+@pytest.mark.slow
+def test_patched_fork_captures_declared_taps_without_the_plugin(
+    patched_sglang, server_factory, tiny_target
+):
+    srv = server_factory(
+        tiny_target,
+        ["--dtype", "float32", "--attention-backend", "torch_native",
+         "--enable-return-aux-hidden-states", "--speculative-algorithm", "EAGLE3"],
+        name="patched-fork",
+        env={"PYTHONPATH": str(patched_sglang), "SGLANG_PLUGINS": "sglang_eagle3_cpu_harness",
+             "SGLANG_EAGLE3_LAYOUT": "embed,layer:2,layer:5"},
+    )  # fmt: skip
+    log = srv.log()
+    assert "sglang-eagle3 patch: capturing taps ['embed', 'layer:2', 'layer:5']" in log
+    assert "capturing taps embed" not in log, "the plugin must be off in this test"
+    diff, shifted = capture_vs_hf(srv, tiny_target, (0, 3, 6))
+    assert diff < 1e-4 and shifted > 1e-2, (diff, shifted)
