@@ -100,7 +100,21 @@ def eagle3_load_weights(result, self, *args, **kwargs):
             ", ".join(plan.taps),
             list(plan.fc_block_order),
         )
+    _maybe_install_fused_fc(self.model)
     return result
+
+
+def _maybe_install_fused_fc(model) -> None:
+    """The fused norm + concat + fc kernel, on Hopper/Blackwell only (after any permutation:
+    it takes the norms over from the modules that permute_fc_blocks edits)."""
+    if os.environ.get("SGLANG_EAGLE3_FUSED_FC", "1") == "0" or not torch.cuda.is_available():
+        return
+    if torch.cuda.get_device_capability(model.fc.weight.device) < (9, 0):
+        return
+    from sglang_eagle3.fused_fc_patch import install_fused_fc
+
+    if install_fused_fc(model):
+        logger.info("drafter fc: eagle3_fused_fc installed (per-shape dispatch, CUDA >= sm_90)")
 
 
 HOOKS = [

@@ -1,0 +1,205 @@
+"""eagle3_fused_fc: the fused norm + concat + fc kernel of the EAGLE-3 drafter.
+
+- Kernel numerics run under the Triton interpreter in ONE subprocess (TRITON_INTERPRET must be set
+  before triton is imported, and this process must stay unaffected), against an fp64 reference.
+- Ahead-of-time compilation for sm_90 / sm_100 / sm_120 with no GPU: which matrix instructions.
+- Dispatch and the PyTorch fallback on CPU; GPU-only checks are marked ``gpu``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from sglang_eagle3 import eagle3_fused_fc_dispatch as dispatch
+from sglang_eagle3.eagle3_fused_fc import NORMS, eagle3_fused_fc, eagle3_fused_fc_reference
+
+SCRIPT = Path(__file__).parent / "scripts" / "eagle3_fused_fc_interp.py"
+TOL = {"bf16": (2e-2, 4e-2), "fp16": (2e-2, 4e-2), "fp32": (1e-5, 1e-5)}  # (no norm, with norm)
+
+
+def _case(i, norm, layout, dtype, t, h, k=3, **extra):
+    tol = TOL[dtype][norm != "none"]
+    case = dict(norm=norm, layout=layout, dtype=dtype, T=t, H=h, K=k, N=(40, 72)[i % 2],
+                bias=i % 2 == 0, strided_out=i % 5 == 0, split=(0, 1, 0, 2)[(i // 2) % 4],
+                prescale=(i // 2) % 4 == 2,
+                bm=min(64, max(16, 1 << (t - 1).bit_length())), bn=64, bk=32, seed=1000 + i,
+                tol=tol)  # fmt: skip
+    case.update(extra)
+    shape = (
+        "prescale" if case["prescale"] else f"split{case['split']}" if case["split"] else "inline"
+    )
+    case["id"] = "{norm}-{layout}-{dtype}-T{T}-H{H}-K{K}-bias{bias}-".format(**case) + shape
+    return case
+
+
+def interp_cases() -> list[dict]:
+    cases, i = [], 0
+    for norm in NORMS:
+        for layout in ("packed", "taps", "slices"):
+            for dtype in ("bf16", "fp32"):
+                for t in (1, 7, 64, 300):
+                    cases.append(_case(i, norm, layout, dtype, t, (32, 48, 96)[i % 3]))
+                    i += 1
+    # beyond the 4 pointer slots (packed view / one copy), K=1 and 2, fp16, uneven k tiles
+    cases += [
+        _case(i + 1, "per_tap", "slices", "bf16", 7, 48, k=5),
+        _case(i + 2, "both", "scattered", "bf16", 7, 32, k=5),
+        _case(i + 3, "before_fc", "taps", "bf16", 9, 40, k=2, bk=16),
+        _case(i + 4, "per_tap", "packed", "fp32", 5, 96, k=1, split=3),
+        _case(i + 5, "per_tap", "taps", "fp16", 7, 48),
+        _case(i + 6, "both", "packed", "fp16", 64, 96, split=1),
+        _case(i + 7, "both", "taps", "bf16", 300, 96, split=0, prescale=True),
+        _case(i + 8, "per_tap", "scattered", "fp32", 7, 32, k=5, split=0, prescale=True),
+    ]
+    return cases
+
+
+CASES = interp_cases()
+
+
+@pytest.fixture(scope="module")
+def interp_results() -> dict[str, dict]:
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT)], input=json.dumps(CASES), env=env,
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    results = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            results[row["id"]] = row
+    assert results, f"interpreter run produced nothing:\n{proc.stderr[-4000:]}"
+    return results
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_interpreter_matches_fp64_reference(case, interp_results):
+    row = interp_results.get(case["id"])
+    assert row is not None, "case did not run (subprocess died?)"
+    assert row["ok"], f"ratio {row['ratio']} (tol {case['tol']}): {row['why']}"
+
+
+# --------------------------------------------------------------------------------------------
+# Dispatch and the CPU fallback
+
+
+def _inputs(t=5, h=16, k=3, n=24, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(t, k * h, generator=g).to(dtype)
+    w = torch.randn(n, k * h, generator=g).to(dtype)
+    win = (torch.rand(k * h, generator=g) + 0.5).to(dtype)
+    wtap = (torch.rand(k, h, generator=g) + 0.5).to(dtype)
+    return x, w, win, wtap
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_cpu_auto_takes_the_fallback_bit_for_bit(norm):
+    x, w, win, wtap = _inputs(dtype=torch.bfloat16)
+    assert not dispatch.use_fused(5, 16, 3, norm, "cpu")
+    kw = dict(norm=norm, norm_weight=win, norm_weights=wtap, eps=1e-6, num_taps=3)
+    got = eagle3_fused_fc(list(x.chunk(3, -1)), w, **kw)
+    assert torch.equal(got, eagle3_fused_fc_reference(x, w, **kw))
+
+
+def test_reference_is_sglang_rmsnorm_order():
+    """input_norm over the concat, then one norm per chunk, then fc (llama_eagle3.py L237-247)."""
+    x, w, win, wtap = _inputs(dtype=torch.float64)
+
+    def rms(v, g):
+        return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6) * g
+
+    h = rms(x, win)
+    h = torch.cat([rms(c, wtap[i]) for i, c in enumerate(h.chunk(3, -1))], -1)
+    got = eagle3_fused_fc_reference(x, w, norm="both", norm_weight=win, norm_weights=wtap)
+    torch.testing.assert_close(got, h @ w.T, rtol=1e-12, atol=1e-12)
+
+
+def test_bad_arguments_are_refused():
+    x, w, win, wtap = _inputs()
+    with pytest.raises(ValueError, match="norm must be"):
+        eagle3_fused_fc(x, w, norm="layer")
+    with pytest.raises(ValueError, match="needs norm_weight"):
+        eagle3_fused_fc(x, w, norm="before_fc")
+    with pytest.raises(ValueError, match="2 fc_norm weights for 3 taps"):
+        eagle3_fused_fc(list(x.chunk(3, -1)), w, norm="per_tap", norm_weights=wtap[:2])
+    with pytest.raises(ValueError, match="does not take"):
+        eagle3_fused_fc(x[:, :40], w, norm="per_tap", norm_weights=wtap)
+
+
+@pytest.fixture
+def fake_sm90(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(dispatch, "_triton_available", lambda: True)
+    monkeypatch.delenv(dispatch.ENV_SWITCH, raising=False)
+
+
+def test_use_fused_only_where_measured_and_env_switch(fake_sm90, monkeypatch):
+    assert dispatch.MEASURED_WINS == frozenset()  # nothing measured yet: fallback everywhere
+    assert not dispatch.use_fused(1, 7168, 3, "per_tap", "cuda:0")
+    monkeypatch.setattr(dispatch, "MEASURED_WINS", frozenset({("per_tap", 16, 7168, 3)}))
+    assert dispatch.use_fused(9, 7168, 3, "per_tap", "cuda:0")  # bucket 16
+    assert not dispatch.use_fused(17, 7168, 3, "per_tap", "cuda:0")  # bucket 64
+    monkeypatch.setenv(dispatch.ENV_SWITCH, "0")
+    assert not dispatch.use_fused(9, 7168, 3, "per_tap", "cuda:0")
+    monkeypatch.setenv(dispatch.ENV_SWITCH, "1")
+    assert dispatch.use_fused(300, 4096, 3, "none", "cuda:0")
+    assert not dispatch.use_fused(300, 4096, 3, "none", "cpu")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    assert not dispatch.use_fused(300, 4096, 3, "none", "cuda:0")
+
+
+def test_configs_split_only_when_output_tiles_are_few(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    decode = dispatch.pick_config(1, 7168, 7168, 3, torch.bfloat16)
+    assert (decode.block_m, decode.block_n, decode.split_chunks) == (16, 32, 0)  # 224 tiles
+    t64 = dispatch.pick_config(64, 7168, 7168, 3, torch.bfloat16)
+    assert t64.split_chunks >= 1  # 112 tiles < 132 SMs
+    assert dispatch.pick_config(8192, 7168, 7168, 3, torch.bfloat16).split_chunks == 0
+    prefill = dispatch.pick_config(8192, 7168, 7168, 3, torch.bfloat16)
+    assert prefill.prescale and (prefill.block_m, prefill.block_n) == (128, 128)
+    small = dispatch.pick_config(64, 7168, 7168, 3, torch.bfloat16, capability=(12, 0))
+    assert small.num_stages * (64 + 64) * small.block_k * 2 <= 96 * 1024  # sm_120: ~99 KiB
+
+
+def test_bench_runs_without_cuda():
+    if torch.cuda.is_available():
+        pytest.skip("has CUDA: the benchmark would really run")
+    bench = Path(__file__).parents[1] / "benchmarks" / "bench_fused_fc.py"
+    proc = subprocess.run([sys.executable, str(bench)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "no CUDA device: nothing to time" in proc.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("tokens", [1, 64, 300])
+@pytest.mark.parametrize("split", [None, 0, 1])
+def test_gpu_kernel_matches_fp64(norm, tokens, split):
+    x, w, win, wtap = (v.cuda() for v in _inputs(tokens, 7168, 3, 7168, torch.bfloat16, tokens))
+    w = w / 7168**0.5
+    kw = dict(norm=norm, norm_weight=win, norm_weights=wtap, eps=1e-6, num_taps=3)
+    cfg = None
+    if split is not None:
+        base = dispatch.pick_config(tokens, 7168, 7168, 3, torch.bfloat16)
+        cfg = dispatch.FusedFcConfig(base.block_m, base.block_n, base.block_k, split)
+    out = torch.full((tokens, 7168), float("nan"), device="cuda", dtype=torch.bfloat16)
+    got = eagle3_fused_fc(x, w, out=out, backend="triton", config=cfg, **kw)
+    ref = eagle3_fused_fc_reference(
+        x.double(), w.double(), norm=norm, norm_weight=win.double(),
+        norm_weights=wtap.double(), eps=1e-6, num_taps=3,
+    )  # fmt: skip
+    tol = TOL["bf16"][norm != "none"]
+    torch.testing.assert_close(got.double(), ref, rtol=tol, atol=tol)
