@@ -1,0 +1,218 @@
+"""`python -m sglang_eagle3.demo`: the seed's bug and its fix, at toy scale, on this CPU.
+
+Builds (or reuses) the tiny DeepSeek-V3 target and a drafter trained with speculators' own
+model code on taps embed, layer:2, layer:5; then serves three ways, one after the other,
+and measures each with the same greedy prompts:
+  plain            no speculation (the baseline)
+  stock-wiring     EAGLE-3 as stock SGLang 0.5.23 wires this drafter: it ignores the
+                   speculators top-level ids and captures its default taps
+  declared-layout  EAGLE-3 through `python -m sglang_eagle3.launch` (this plugin)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from sglang_eagle3.bench_metrics import spec_stats
+from sglang_eagle3.server_process import sglang_server
+
+SPEC = [
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "4",
+]
+STOCK_ONLY = {"SGLANG_PLUGINS": "sglang_eagle3_cpu_harness"}  # the CPU harness, not our plugin
+
+
+def prompts(n: int, chars: int = 160) -> list[str]:
+    """Openings of held-out standard-library files (never seen in training)."""
+    from sglang_eagle3.tiny.corpus import stdlib_files
+
+    out = []
+    for f in stdlib_files("heldout"):
+        text = f.path.read_text(errors="replace").strip()
+        if len(text) >= chars:
+            out.append(text[:chars])
+        if len(out) == n:
+            break
+    return out
+
+
+def stock_flat_copy(draft_dir: Path, target_dir: Path, out: Path) -> Path:
+    """What a team gets by flattening the speculators config by hand for stock SGLang: the
+    ids stay top-level (SGLang reads only eagle_config's), nothing declares the layout."""
+    from sglang_eagle3.draft_readers import read_draft
+    from sglang_eagle3.flat_draft import write_flat_draft
+    from sglang_eagle3.target_config import read_target
+
+    t = read_target(target_dir)
+    spec = read_draft(draft_dir, num_layers=t.num_layers, target_hidden_size=t.hidden_size)
+    write_flat_draft(spec, draft_dir, out)
+    cfg = json.loads((out / "config.json").read_text())
+    eagle = cfg.pop("eagle_config", {})
+    cfg["eagle_aux_hidden_state_layer_ids"] = eagle.get("eagle_aux_hidden_state_layer_ids")
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    return out
+
+
+def measure(name, target, extra, log_dir, texts, max_new, *, module, env=None) -> dict:
+    srv = sglang_server(target, extra, log_dir / f"{name}.log", module=module, env=env)
+    srv.start()
+    try:
+        srv.wait_ready(timeout=600)
+        params = {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True}
+        srv.post("/generate", {"text": texts[0], "sampling_params": {"max_new_tokens": 4}})
+        t0, outs = time.perf_counter(), []
+        for i, text in enumerate(texts):
+            outs.append(srv.post("/generate", {"text": text, "sampling_params": params}))
+            print(f"\r  {name}: {i + 1}/{len(texts)} requests", end="", file=sys.stderr)
+        wall = time.perf_counter() - t0
+        print(file=sys.stderr)
+    finally:
+        srv.stop()
+    stats = spec_stats(o["meta_info"] for o in outs)
+    return {
+        "name": name,
+        "tok_s": stats.completion_tokens / wall,
+        "wall_s": wall,
+        "accept_length": stats.accept_length,
+        "stats": stats.to_json(),
+        "output_ids": [o["output_ids"] for o in outs],
+    }
+
+
+def doctor_prediction(drafter) -> float | None:
+    import subprocess
+
+    argv = [
+        sys.executable,
+        "-m",
+        "sglang_eagle3.doctor",
+        "--draft",
+        str(drafter.draft_dir),
+        "--data",
+        str(drafter.eval_data),
+        "--target",
+        str(drafter.target_dir),
+        "--json",
+        "--no-progress",
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    try:
+        return json.loads(proc.stdout)["predicted_accept_length"]
+    except (json.JSONDecodeError, KeyError):
+        print(f"doctor failed ({proc.returncode}): {proc.stderr[-2000:]}", file=sys.stderr)
+        return None
+
+
+def run(n_prompts: int, max_new: int, work: Path) -> dict:
+    from sglang_eagle3.tiny.drafter import tiny_drafter
+
+    drafter = tiny_drafter()
+    target = drafter.target_dir
+    texts = prompts(n_prompts)
+    stock = stock_flat_copy(drafter.draft_dir, target, work / "stock-draft")
+    cpu = ["--dtype", "float32"]
+    rows = [
+        measure(
+            "plain", target, ["--cpu", *cpu], work, texts, max_new, module="sglang_eagle3.launch"
+        ),
+        measure(
+            "stock-wiring",
+            target,
+            [*cpu, *SPEC, "--speculative-draft-model-path", str(stock)],
+            work,
+            texts,
+            max_new,
+            module="sglang.launch_server",
+            env=STOCK_ONLY,
+        ),
+        measure(
+            "declared-layout",
+            target,
+            [
+                "--cpu",
+                *cpu,
+                *SPEC,
+                "--speculative-draft-model-path",
+                str(drafter.draft_dir),
+                "--draft-cache-dir",
+                str(work / "drafts"),
+            ],
+            work,
+            texts,
+            max_new,
+            module="sglang_eagle3.launch",
+        ),
+    ]
+    plain = rows[0]
+    for row in rows:
+        row["lossless"] = row["output_ids"] == plain["output_ids"]
+        row["speedup"] = row["tok_s"] / plain["tok_s"]
+    return {
+        "rows": rows,
+        "predicted_accept_length": doctor_prediction(drafter),
+        "prompts": len(texts),
+        "max_new_tokens": max_new,
+    }
+
+
+def table(result: dict) -> str:
+    lines = [
+        "| server | accept length | tok/s | speedup vs plain | lossless |",
+        "|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        al = "-" if r["accept_length"] is None else f"{r['accept_length']:.2f}"
+        lines.append(
+            f"| {r['name']} | {al} | {r['tok_s']:.1f} | {r['speedup']:.2f}x | "
+            f"{'yes' if r['lossless'] else 'NO'} |"
+        )
+    pred = result["predicted_accept_length"]
+    lines.append(
+        f"\ndoctor's predicted accept length (declared layout, 3-step chain): "
+        f"{'-' if pred is None else f'{pred:.2f}'}"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m sglang_eagle3.demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--json", type=Path, help="write the results as JSON here")
+    p.add_argument("--prompts", type=int, default=12)
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="sglang-eagle3-demo-") as work:
+        result = run(args.prompts, args.max_new_tokens, Path(work))
+    print(table(result))
+    if args.json:
+        slim = {
+            "rows": [
+                {
+                    k: r[k]
+                    for k in ("name", "accept_length", "tok_s", "lossless", "speedup", "stats")
+                }
+                for r in result["rows"]
+            ],
+            "predicted_accept_length": result["predicted_accept_length"],
+        }
+        args.json.write_text(json.dumps(slim, indent=2))
+    return 0 if all(r["lossless"] for r in result["rows"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
