@@ -1,0 +1,44 @@
+"""The repo-root `kernels/` folder never shadows the PyPI `kernels` package SGLang needs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from sglang_eagle3.cpu_env import harness_env
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_from_root(code: str, env=None) -> subprocess.CompletedProcess:
+    # `python -c` puts the current directory first on sys.path, as `python -m` from the root
+    # and pytest's rootdir insertion do.
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=env)  # fmt: skip
+
+
+def test_repo_root_kernels_folder_is_not_a_package():
+    assert (ROOT / "kernels").is_dir()
+    assert not (ROOT / "kernels" / "__init__.py").exists()
+
+
+def test_import_kernels_resolves_to_site_packages_from_the_repo_root():
+    out = run_from_root(
+        "import sys, kernels, sglang_eagle3.kernels.eagle3_fused_fc as k; "
+        "print(sys.path[0] in ('', '.') or sys.path[0]); print(kernels.__file__); print(k.__file__)"
+    )
+    assert out.returncode == 0, out.stderr
+    _, pypi_kernels, ours = out.stdout.split()
+    assert "site-packages" in pypi_kernels and not pypi_kernels.startswith(str(ROOT / "kernels"))
+    assert Path(ours).resolve() == (ROOT / "kernels" / "eagle3_fused_fc.py").resolve()
+
+
+def test_sglang_imports_from_the_repo_root():
+    code = (
+        "import kernels, sglang.srt.models.deepseek_v2, sglang.srt.models.llama_eagle3; "
+        "import sglang.srt.speculative.eagle_worker_v2; print('ok')"
+    )
+    out = run_from_root(code, env=harness_env())
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().endswith("ok")
