@@ -1,0 +1,245 @@
+"""Score candidate layouts: how often does the draft guess the target's next token?
+
+For a candidate (which stored taps feed the fc, in which order), each sample gives T = seq-1
+draft positions: position t is fed the taps of token t and the id of token t+1, as
+speculators' ``shift_batch`` pairs them. Step k at t predicts token t+1+k; the truth is the
+target's token there: ``argmax lm_head(norm(verifier tap))`` at position t+k when the target's
+head is given (what speculators trains against), else the data's own token t+k+1.
+
+Step k >= 2 is fed the draft's own previous token (through d2t) and hidden state, as chain
+drafting does when serving. It is scored only where every earlier step was right and the fed
+tokens are the data's tokens (so the target context is the one the data holds): p_k is the
+conditional acceptance rate, and the chain's expected accept length is 1 + p1 + p1*p2 + ...
+Only positions whose loss mask is set count, as in speculators' metrics.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .draft_forward import Eagle3Draft
+from .taps import Tap, format_taps
+from .train_data import Sample
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A layout to score: stored-tap ``indices`` feed the fc in this order."""
+
+    name: str
+    taps: tuple[Tap, ...] | None  # tap names, when the data says what it stores
+    indices: tuple[int, ...] | None  # into the stored taps; None: not evaluable
+    sources: tuple[str, ...]
+    why_not: str | None = None  # why it is not evaluable
+    aliases: tuple[str, ...] = ()  # names of merged duplicates
+
+    def __post_init__(self) -> None:
+        if (self.indices is None) == (self.why_not is None):
+            raise ValueError("a candidate has indices or a reason it has none, not both")
+        if self.indices is not None and len(set(self.indices)) != len(self.indices):
+            raise ValueError(f"candidate {self.name} repeats a stored tap: {self.indices}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+    @property
+    def is_floor(self) -> bool:
+        """The no-information baseline: the fc input zeroed."""
+        return self.indices == ()
+
+    @property
+    def label(self) -> str:
+        if self.is_floor:
+            return "(taps zeroed: floor)"
+        if self.taps is not None:
+            return format_taps(self.taps)
+        return "stored taps #" + ",".join(str(i) for i in self.indices or ())
+
+
+FLOOR = Candidate(
+    "floor: taps zeroed", None, (), ("fc input all zeros: what the token alone gives",)
+)
+
+
+@dataclass
+class Result:
+    candidate: Candidate
+    correct: list[int] = field(default_factory=list)  # per step
+    total: list[int] = field(default_factory=list)  # per step
+    hits: list[torch.Tensor] = field(default_factory=list)  # step 1, per sample: [valid] bool
+
+    def step1_hits(self) -> torch.Tensor:
+        """Step-1 hit per scored position, in data order (the same positions for every
+        candidate, so two candidates can be compared pairwise)."""
+        return torch.cat(self.hits) if self.hits else torch.zeros(0, dtype=torch.bool)
+
+    def rates(self) -> list[float | None]:
+        return [c / t if t else None for c, t in zip(self.correct, self.total, strict=True)]
+
+    @property
+    def accuracy(self) -> float | None:
+        """First-step top-1 accuracy."""
+        return self.rates()[0] if self.total else None
+
+    def accept_length(self, steps: int | None = None) -> float | None:
+        """1 + p1 + p1*p2 + ... over the first ``steps`` measured steps (chain drafting)."""
+        rates = self.rates()[:steps]
+        if not rates or rates[0] is None:
+            return None
+        length, prod = 1.0, 1.0
+        for p in rates:
+            if p is None:
+                break
+            prod *= p
+            length += prod
+        return length
+
+
+def stored_index_candidates(num_stored: int, num_aux: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Layouts defined by stored position alone: first K, shifted by one, last K."""
+    out = [("first K stored taps", tuple(range(num_aux)))]
+    if num_stored > num_aux:
+        out.append(("shifted +1 stored tap", tuple(range(1, num_aux + 1))))
+        out.append(("last K stored taps", tuple(range(num_stored - num_aux, num_stored))))
+    return out
+
+
+def candidate_from_taps(
+    name: str, taps: Sequence[Tap], stored: Sequence[Tap] | None, source: str
+) -> Candidate:
+    """A named-tap layout, evaluable when every tap is stored."""
+    taps = tuple(taps)
+    if stored is None:
+        return Candidate(name, taps, None, (source,), "the data does not say which taps it stores")
+    missing = [t for t in taps if t not in stored]
+    if missing:
+        why = f"{format_taps(missing)} not in the data (stored: {format_taps(stored)})"
+        return Candidate(name, taps, None, (source,), why)
+    return Candidate(name, taps, tuple(list(stored).index(t) for t in taps), (source,))
+
+
+def merge_candidates(cands: Iterable[Candidate]) -> list[Candidate]:
+    """One row per distinct layout, keeping the first name and every source."""
+    out: list[Candidate] = []
+    for c in cands:
+        key = c.taps if c.taps is not None else c.indices
+        for i, seen in enumerate(out):
+            if (seen.taps if seen.taps is not None else seen.indices) == key and key is not None:
+                out[i] = Candidate(
+                    seen.name,
+                    seen.taps,
+                    seen.indices,
+                    seen.sources + c.sources,
+                    seen.why_not,
+                    seen.aliases + c.names,
+                )
+                break
+        else:
+            out.append(c)
+    return out
+
+
+def truth_tokens(
+    sample: Sample, head: Callable[[torch.Tensor], torch.Tensor] | None
+) -> torch.Tensor:
+    """[seq] target ids: truth[u] = the target's token at position u+1 (-1: unknown)."""
+    ids = sample.input_ids
+    if head is not None:
+        return head(sample.hidden_states[:, -1])  # verifier tap -> target's greedy token
+    return torch.cat([ids[1:], ids.new_full((1,), -1)])
+
+
+def score_sample(
+    draft: Eagle3Draft,
+    sample: Sample,
+    indices: Sequence[int],
+    truth: torch.Tensor,  # [seq]
+    steps: int,
+    result: Result,
+) -> None:
+    """Add one sample's counts for one candidate to ``result``."""
+    hs, ids, mask = sample.hidden_states, sample.input_ids, sample.loss_mask
+    seq = ids.shape[0]
+    while len(result.total) < steps:
+        result.correct.append(0)
+        result.total.append(0)
+    if seq < 2:
+        return
+
+    def keep(step: int, out) -> torch.Tensor:  # out.rows: the positions t this step ran for
+        u = out.rows.cpu() + step + 1  # truth (and loss-mask) index of step k = step + 1
+        inside = u < seq
+        uc = u.clamp(max=seq - 1)
+        truth_k = truth[uc]
+        valid = inside & mask[uc] & (truth_k >= 0)
+        pred = out.target_ids.cpu()
+        hit = pred == truth_k
+        result.total[step] += int(valid.sum())
+        result.correct[step] += int((valid & hit).sum())
+        if step == 0:
+            result.hits.append(hit[valid])
+        # go on only where this guess was right and is the data's next token, so the next
+        # step sees the context the data (and its truth) was computed for
+        data_next = torch.where(u + 1 < seq, ids[(u + 1).clamp(max=seq - 1)], -1)
+        return valid & hit & (pred == data_next)
+
+    if indices:
+        taps = hs[:-1, list(indices)].flatten(1)  # [T, K * hidden]
+    else:  # the floor: no tap information at all
+        taps = hs.new_zeros(seq - 1, draft.config.num_aux * hs.shape[-1])
+    draft.forward(taps, ids[1:], steps=steps, keep=keep)
+
+
+def evaluate(
+    draft: Eagle3Draft,
+    samples: Iterable[Sample],
+    candidates: Sequence[Candidate],
+    *,
+    steps: int,
+    max_tokens: int,
+    head: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    progress: bool | None = None,
+) -> list[Result]:
+    """Score every evaluable candidate on up to ``max_tokens`` draft positions, one sample in
+    memory at a time. Results come in candidate order (not evaluable ones stay empty)."""
+    from tqdm import tqdm
+
+    results = [Result(c) for c in candidates]
+    live = [(c, r) for c, r in zip(candidates, results, strict=True) if c.indices is not None]
+    # progress None: tqdm shows the bar only when stderr is a terminal
+    disable = None if progress is None else not progress
+    bar = tqdm(total=max_tokens, file=sys.stderr, disable=disable, unit="tok", leave=False)
+    used = 0
+    with bar:
+        for sample in samples:
+            if used >= max_tokens:
+                break
+            keep = min(sample.input_ids.shape[0], max_tokens - used + 1)
+            sample = Sample(
+                sample.index,
+                sample.path,
+                sample.hidden_states[:keep],
+                sample.input_ids[:keep],
+                sample.loss_mask[:keep],
+            )
+            truth = truth_tokens(sample, head)
+            for cand, res in live:
+                score_sample(draft, sample, cand.indices or (), truth, steps, res)
+            used += keep - 1
+            bar.update(keep - 1)
+    return results
+
+
+def paired_z(better: Result, worse: Result) -> float:
+    """McNemar's z for "``better`` is right more often than ``worse``" on the same step-1
+    positions: (b - c) / sqrt(b + c) over the positions where exactly one is right."""
+    a, b = better.step1_hits(), worse.step1_hits()
+    if a.shape != b.shape or a.numel() == 0:
+        return 0.0
+    only_a, only_b = int((a & ~b).sum()), int((b & ~a).sum())
+    return (only_a - only_b) / max(1.0, (only_a + only_b) ** 0.5)
