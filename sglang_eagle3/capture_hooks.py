@@ -24,6 +24,7 @@ DEEPSEEK_CAPTURE = (
 )
 EAGLE3_LOAD = "sglang.srt.models.llama_eagle3.LlamaForCausalLMEagle3.load_weights"
 EAGLE3_LAYER = "sglang.srt.models.llama_eagle3.LlamaDecoderLayer.forward"
+NORM_FIX_ENV = "SGLANG_EAGLE3_NORM_BEFORE_RESIDUAL"
 
 
 _PROCESS_PLAN: dict[str, CapturePlan] = {}
@@ -89,8 +90,11 @@ def eagle3_layer_forward(original, self, positions, embeds, hidden_states, forwa
 
 def eagle3_load_weights(result, self, *args, **kwargs):
     if getattr(self.config, "norm_before_residual", False):
-        self.model.layers[0].sglang_eagle3_norm_before_residual = True
-        logger.info("drafter: norm_before_residual honoured (residual = hidden_norm(fc output))")
+        if os.environ.get(NORM_FIX_ENV, "1") == "0":  # to measure what stock SGLang serves
+            logger.warning("drafter: norm_before_residual NOT honoured (%s=0)", NORM_FIX_ENV)
+        else:
+            self.model.layers[0].sglang_eagle3_norm_before_residual = True
+            logger.info("drafter: norm_before_residual honoured (residual = hidden_norm(fc))")
     # The target model (and its capture hook) is built before the draft worker loads.
     plan = _PROCESS_PLAN.get("plan")
     if plan is not None and plan.needs_permutation:

@@ -115,7 +115,7 @@ def doctor_prediction(drafter) -> float | None:
         return None
 
 
-def run(n_prompts: int, max_new: int, work: Path) -> dict:
+def run(n_prompts: int, max_new: int, work: Path, norm_fix_off_row: bool = False) -> dict:
     from sglang_eagle3.tiny.drafter import tiny_drafter
 
     drafter = tiny_drafter()
@@ -155,6 +155,13 @@ def run(n_prompts: int, max_new: int, work: Path) -> dict:
             module="sglang_eagle3.launch",
         ),
     ]
+    if norm_fix_off_row:  # the same wiring without the plugin's norm_before_residual fix
+        rows.append(
+            measure("declared-layout-no-norm-fix", target, ["--cpu", *cpu, *SPEC,
+                    "--speculative-draft-model-path", str(drafter.draft_dir), "--draft-cache-dir",
+                    str(work / "drafts")], work, texts, max_new, module="sglang_eagle3.launch",
+                    env={"SGLANG_EAGLE3_NORM_BEFORE_RESIDUAL": "0"})
+        )  # fmt: skip
     plain = rows[0]
     for row in rows:
         row["lossless"] = row["output_ids"] == plain["output_ids"]
@@ -195,9 +202,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="write the results as JSON here")
     p.add_argument("--prompts", type=int, default=12)
     p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument(
+        "--norm-fix-off-row",
+        action="store_true",
+        help="add a 4th server: the declared layout without honouring norm_before_residual",
+    )
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="sglang-eagle3-demo-") as work:
-        result = run(args.prompts, args.max_new_tokens, Path(work))
+        result = run(args.prompts, args.max_new_tokens, Path(work), args.norm_fix_off_row)
     print(table(result))
     if args.json:
         slim = {
