@@ -10,12 +10,12 @@ and compares, and matches every stored tap against the real hidden states.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from .config_json import read_config_json
 from .draft_forward import rms_norm
 from .draft_weights import RowTable, find_tensor, load_tensor
 from .errors import WiringError
@@ -29,16 +29,11 @@ _ROWS = 256  # logits rows per chunk: a 163840-wide vocab stays under 200 MB
 
 def target_config(target_dir: str | Path) -> dict:
     path = Path(target_dir) / "config.json"
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise WiringError(
-            "no config.json: not a model directory",
-            path=str(target_dir),
-            fix="point --target at the target model's directory",
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise WiringError(f"config is not readable JSON ({err})", path=str(path)) from None
+    cfg = read_config_json(
+        target_dir,
+        missing="no config.json: not a model directory",
+        fix="point --target at the target model's directory",
+    )
     # multimodal targets (Kimi-K2.5) keep the language model's numbers in text_config
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
     for key in ("num_hidden_layers", "hidden_size", "vocab_size"):

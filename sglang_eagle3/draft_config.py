@@ -8,13 +8,13 @@ doctor, the converter and this forward agree on them.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .config_json import read_config_json
 from .draft_spec import DraftFields, flat_fields, speculators_fields
 from .errors import WiringError
 
@@ -93,20 +93,12 @@ class DraftConfig:
 
 def load_draft_config(draft_dir: str | Path) -> DraftConfig:
     """Parse ``draft_dir/config.json``; every problem is a WiringError naming the file."""
-    path = Path(draft_dir) / "config.json"
-    where = str(path)
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise WiringError(
-            "no config.json: not a draft checkpoint directory",
-            path=str(draft_dir),
-            fix="point at the directory holding the draft's config.json and weights",
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise WiringError(f"config is not readable JSON ({err})", path=where) from None
-    if not isinstance(cfg, dict):
-        raise WiringError("config must be a JSON object", path=where)
+    where = str(Path(draft_dir) / "config.json")
+    cfg = read_config_json(
+        draft_dir,
+        missing="no config.json: not a draft checkpoint directory",
+        fix="point at the directory holding the draft's config.json and weights",
+    )
     if "speculators_model_type" in cfg:
         fields: DraftFields = speculators_fields(cfg, where)
         llama = cfg.get("transformer_layer_config")

@@ -21,10 +21,10 @@ ids and needs no convention; when ids sit next to it they must agree with it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from .config_json import read_config_json
 from .conventions import Convention, check_num_layers, stock_sglang_deepseek_capture, taps_from_ids
 from .draft_spec import (
     STOCK_DEFAULT_SOURCE,
@@ -139,20 +139,11 @@ def read_draft(
 
 
 def _load_config(cfg_path: Path) -> dict:
-    where = str(cfg_path)
-    if not cfg_path.is_file():
-        raise WiringError(
-            "no config.json: not a draft checkpoint directory",
-            path=str(cfg_path.parent),
-            fix="point at the directory that holds the draft's config.json and weights",
-        )
-    try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise WiringError(f"config is not readable JSON ({err})", path=where) from None
-    if not isinstance(cfg, dict):
-        raise WiringError("config must be a JSON object", path=where)
-    return cfg
+    return read_config_json(
+        cfg_path.parent,
+        missing="no config.json: not a draft checkpoint directory",
+        fix="point at the directory that holds the draft's config.json and weights",
+    )
 
 
 def _detect_format(cfg: dict, tensors: dict[str, TensorInfo], where: str) -> str:

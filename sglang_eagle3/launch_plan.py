@@ -214,9 +214,8 @@ def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
         attention_backend=argv_get(argv, "--attention-backend"),
         max_running_requests=argv_int(argv, "--max-running-requests"),
     )
-    for flag, value in zip(
-        sglang_argv_flags(resolution)[::2], sglang_argv_flags(resolution)[1::2], strict=True
-    ):
+    flag_argv = sglang_argv_flags(resolution)
+    for flag, value in zip(flag_argv[::2], flag_argv[1::2], strict=True):
         out = argv_set(out, flag, value)
     changes += [c.to_dict() for c in resolution.changes]
     notes += list(resolution.notes)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglang_eagle3.config_json import read_config_json
 from sglang_eagle3.errors import WiringError
 
 # Targets whose SGLang 0.5.23 capture goes through DeepseekV2ForCausalLM (the plugin's hook).
@@ -42,17 +42,12 @@ class TargetInfo:
 def read_target(model_path: str | Path) -> TargetInfo:
     """Read a local target's config.json (multimodal configs: the text_config)."""
     cfg_path = Path(model_path) / "config.json"
-    if not cfg_path.is_file():
-        raise WiringError(
-            "no config.json for the target model",
-            path=str(model_path),
-            fix="--model-path must be a local model directory (download it first)",
-        )
-    try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise WiringError(f"config is not readable JSON ({err})", path=str(cfg_path)) from None
-    archs = cfg.get("architectures") if isinstance(cfg, dict) else None
+    cfg = read_config_json(
+        model_path,
+        missing="no config.json for the target model",
+        fix="--model-path must be a local model directory (download it first)",
+    )
+    archs = cfg.get("architectures")
     if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
         raise WiringError("architectures must be a non-empty list", path=str(cfg_path))
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
