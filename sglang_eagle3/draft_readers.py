@@ -135,6 +135,10 @@ def read_draft(
         sliding_window=f.sliding_window,
         verifier_name=f.verifier_name,
         notes=tuple(notes),
+        embed_requires_grad=f.embed_requires_grad,
+        has_embed=any(n.endswith("embed_tokens.weight") for n in tensors),
+        draft_layers=f.draft_layers,
+        null_target_hidden=f.null_target,
     )
 
 

@@ -48,6 +48,10 @@ class DraftSpec:
     sliding_window: int | None = None
     verifier_name: str | None = None
     notes: tuple[str, ...] = ()
+    embed_requires_grad: bool = False  # speculators: the draft trained its own embedding
+    has_embed: bool = False  # the checkpoint holds embed_tokens.weight
+    draft_layers: int = 1  # decoder layers in the draft
+    null_target_hidden: bool = False  # target_hidden_size: null (speculators' default)
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -56,6 +60,7 @@ class DraftSpec:
             _opt_int(getattr(self, name), name)
             if getattr(self, name) is None:
                 raise WiringError(f"DraftSpec.{name} is required")
+        _opt_int(self.draft_layers, "draft_layers")
         for name in ("fc_in_features", "draft_vocab_size", "target_vocab_size", "sliding_window"):
             _opt_int(getattr(self, name), name)
         if self.convention is not None and not isinstance(self.convention, Convention):
@@ -147,6 +152,8 @@ class DraftFields:
     norm_before_residual: bool
     sliding_window: int | None
     verifier_name: str | None
+    embed_requires_grad: bool = False
+    draft_layers: int = 1
 
 
 class _Fields:
@@ -232,6 +239,8 @@ def speculators_fields(cfg: dict, where: str) -> DraftFields:
         norm_before_residual=top.flag("norm_before_residual"),
         sliding_window=tl.window(),
         verifier_name=ver.get("name_or_path", "str?", None),
+        embed_requires_grad=top.flag("embed_requires_grad"),
+        draft_layers=tl.get("num_hidden_layers", "int", 1),
     )
 
 
@@ -273,4 +282,6 @@ def flat_fields(cfg: dict, where: str) -> DraftFields:
         norm_before_residual=top.flag("norm_before_residual"),
         sliding_window=top.window(),
         verifier_name=None,
+        embed_requires_grad=top.flag("embed_requires_grad"),
+        draft_layers=top.get("num_hidden_layers", "int", 1),
     )

@@ -60,6 +60,7 @@ def flat_config(cfg: dict[str, Any], spec: DraftSpec) -> dict[str, Any]:
         fc_norm=spec.fc_norm,
         norm_output=spec.norm_output,
         norm_before_residual=spec.norm_before_residual,
+        embed_requires_grad=spec.embed_requires_grad,
         eagle_config=eagle,
         num_aux_hidden_states=len(layout.taps),
     )

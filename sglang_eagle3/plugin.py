@@ -33,7 +33,10 @@ def _hook_in_place(target: str, hook) -> bool:
 def register() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry
 
-    from sglang_eagle3.capture_hooks import HOOKS
+    from sglang_eagle3.capture_hooks import HOOKS as CAPTURE_HOOKS
+    from sglang_eagle3.draft_hooks import HOOKS as DRAFT_HOOKS
+
+    HOOKS = CAPTURE_HOOKS + DRAFT_HOOKS
 
     logger.info(
         "plugin loaded in process %s (pid %d)", multiprocessing.current_process().name, os.getpid()

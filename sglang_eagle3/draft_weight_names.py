@@ -1,0 +1,82 @@
+"""Which draft tensors SGLang 0.5.23's EAGLE-3 drafter really loads (pure: no torch, no sglang).
+
+`LlamaForCausalLMEagle3.load_weights` skips, without a word, every tensor whose name matches no
+parameter, and leaves parameters no tensor matched as they were allocated. Both mean the server
+runs a network other than the one trained; the plugin checks both at load and refuses.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+# llama_eagle3.py load_weights: legacy names, then the stacked (fused) projections
+LEGACY_NAMES = {
+    "midlayer": "layers.0",
+    "aux_norm_low": "fc_norm.0",
+    "aux_norm_mid": "fc_norm.1",
+    "aux_norm_high": "fc_norm.2",
+}
+STACKED = (
+    (".qkv_proj", ".q_proj"),
+    (".qkv_proj", ".k_proj"),
+    (".qkv_proj", ".v_proj"),
+    (".gate_up_proj", ".gate_proj"),
+    (".gate_up_proj", ".up_proj"),
+)
+VOCAB_MAPS = ("d2t", "t2d")  # read into hot_token_id / ignored on purpose
+_LATER_INPUT_NORM = re.compile(r"(?:model\.)?layers\.(\d+)\.input_layernorm\.weight")
+
+
+def sglang_param_name(name: str, params: Iterable[str] | set[str]) -> str | None:
+    """The parameter SGLang loads checkpoint tensor ``name`` into, or None when it drops it."""
+    params = params if isinstance(params, set) else set(params)
+    for legacy, new in LEGACY_NAMES.items():
+        if legacy in name:
+            name = name.replace(legacy, new)
+    for fused, part in STACKED:
+        if part in name:
+            name = name.replace(part, fused)
+            break
+    for candidate in (name, f"model.{name}"):
+        if candidate in params:
+            return candidate
+    return None
+
+
+def later_input_norm_layer(name: str) -> int | None:
+    """The layer index of ``layers.I.input_layernorm.weight`` for I >= 1, else None.
+
+    speculators' decoder layers after the first are stock Llama layers: their input norm is
+    ``input_layernorm``. SGLang's EAGLE-3 layers after the first normalise their input with
+    ``hidden_norm`` (fused with the residual add) and never call ``input_layernorm``."""
+    m = _LATER_INPUT_NORM.fullmatch(name)
+    if m is None or int(m.group(1)) < 1:
+        return None
+    return int(m.group(1))
+
+
+def unused_by_sglang(param: str) -> bool:
+    """Parameters SGLang allocates but its EAGLE-3 forward never reads."""
+    return later_input_norm_layer(param) is not None
+
+
+def load_gaps(
+    names: Iterable[str], params: Iterable[str], *, exempt: Iterable[str] = ()
+) -> tuple[list[str], list[str]]:
+    """(checkpoint tensors SGLang drops, parameters nothing loads), both sorted.
+
+    ``exempt``: parameters filled later on purpose (the target's embedding, a shared lm_head)."""
+    params = set(params)
+    loaded, dropped = set(), []
+    for name in names:
+        if any(v in name for v in VOCAB_MAPS):
+            continue
+        target = sglang_param_name(name, params)
+        if target is None:
+            dropped.append(name)
+        else:
+            loaded.add(target)
+    skip = set(exempt)
+    missing = [p for p in params if p not in loaded and p not in skip and not unused_by_sglang(p)]
+    return sorted(dropped), sorted(missing)
