@@ -159,7 +159,7 @@ def _run(opts: DoctorOptions) -> Report:
     check = None
     if opts.target and head is not None:
         check = check_target(opts.target, iter(data), head, stored=stored)
-    return make_report(
+    report = make_report(
         opts_dict=opts.__dict__,
         info=info,
         num_layers=n,
@@ -172,6 +172,20 @@ def _run(opts: DoctorOptions) -> Report:
         steps=opts.steps,
         margins=(MIN_GAP, MIN_Z),
     )
+    report.settings = _settings(opts, n, info.hidden_size, target_cfg)
+    return report
+
+
+def _settings(opts: DoctorOptions, n: int, hidden: int, target_cfg: dict | None) -> list[dict]:
+    """Each training-time setting, and whether the server honours it (as the launcher says)."""
+    from .draft_readers import read_draft
+    from .draft_settings import draft_settings
+    from .target_config import DEEPSEEK_FAMILY
+
+    spec = read_draft(opts.draft, num_layers=n, target_hidden_size=hidden)
+    archs = set((target_cfg or {}).get("architectures") or [])
+    deepseek = target_cfg is None or bool(archs & DEEPSEEK_FAMILY)
+    return [st.to_json() for st in draft_settings(spec, deepseek_target=deepseek)]
 
 
 def parse_args(argv: list[str] | None) -> tuple[DoctorOptions, bool]:

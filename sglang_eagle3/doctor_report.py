@@ -29,6 +29,7 @@ class Report:
     fingerprint: dict[str, Any]
     target_check: dict[str, Any] | None
     notes: list[str] = field(default_factory=list)
+    settings: list[dict[str, Any]] = field(default_factory=list)  # draft_settings rows
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -44,6 +45,7 @@ class Report:
             "fingerprint": self.fingerprint,
             "target_check": self.target_check,
             "notes": self.notes,
+            "settings": self.settings,
         }
 
     def render(self) -> str:
@@ -88,6 +90,13 @@ class Report:
                 + ("n/a" if agree is None else f"{agree:.1%}")
                 + f" of {self.target_check['tokens']} tokens"
             )
+        if self.settings:
+            lines.append("trained settings (served by the launcher + plugin):")
+            lines += [
+                f"  {st['name']}={st['trained']}: {st['served']} (stock SGLang 0.5.23: "
+                f"{st['stock']})"
+                for st in self.settings
+            ]
         lines += [f"note: {n}" for n in self.notes]
         lines.append(f"verdict: {self.verdict.upper()}: {self.reason}")
         return "\n".join(lines)

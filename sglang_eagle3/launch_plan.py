@@ -7,6 +7,7 @@ the exact SGLang argv and the environment for the plugin. Any problem is a Wirin
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from sglang_eagle3.argv_tools import argv_get, argv_has, argv_int, argv_set
 from sglang_eagle3.capture_plan import LAYOUT_ENV, CapturePlan, plan_from_layout
 from sglang_eagle3.conventions import stock_sglang_deepseek_capture
 from sglang_eagle3.draft_readers import read_draft
+from sglang_eagle3.draft_settings import REFUSED, Setting, draft_settings
 from sglang_eagle3.draft_spec import DraftSpec
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.spec_flags import (
@@ -51,6 +53,7 @@ class LaunchPlan:
     env: dict[str, str] = field(default_factory=dict)
     changes: tuple[dict, ...] = ()
     notes: tuple[str, ...] = ()
+    settings: tuple[Setting, ...] = ()  # each training-time setting, and how it is served
 
     def to_json(self) -> dict:
         flags = self.resolution.flags if self.resolution else None
@@ -97,6 +100,7 @@ class LaunchPlan:
                 "eagle_topk": flags.eagle_topk,
                 "num_draft_tokens": flags.num_draft_tokens,
             },
+            "settings": [st.to_json() for st in self.settings],
             "changes": list(self.changes),
             "notes": list(self.notes),
             "env": dict(self.env),
@@ -207,6 +211,21 @@ def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
                 "which SGLang ignores in the draft config",
             }
         )
+    window = argv_get(out, WINDOW)
+    settings = draft_settings(
+        spec,
+        deepseek_target=target.is_deepseek_family,
+        norm_fix=os.environ.get("SGLANG_EAGLE3_NORM_BEFORE_RESIDUAL", "1") != "0",
+        window_flag=int(window) if window and window.isdigit() else None,
+    )
+    refused = [st for st in settings if st.status == REFUSED]
+    if refused:
+        raise WiringError(
+            "the server cannot serve what this draft was trained with: "
+            + "; ".join(f"{st.name}={st.trained}: {st.served}" for st in refused),
+            path=spec.config_path,
+            fix="fix the draft checkpoint (nothing was started or written)",
+        )
     resolution = resolve_spec_flags(
         _flags(argv),
         architecture=target.architecture,
@@ -230,4 +249,5 @@ def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
         env,
         tuple(changes),
         tuple(notes),
+        tuple(settings),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 
+from sglang_eagle3.draft_settings import render as render_settings
 from sglang_eagle3.launch_plan import LaunchPlan
 
 IDS_NOTE = (
@@ -48,11 +49,10 @@ def render(plan: LaunchPlan) -> str:
             )
     elif d is not None and d.layout is not None:
         lines.append(f"layout  {d.layout} (from {d.layout_source}; not enforced for this target)")
+    if plan.settings:
+        lines.append("trained settings, and whether the server honours them")
+        lines += render_settings(list(plan.settings))
     if d is not None:
-        lines.append(
-            f"norms   norm_before_fc={d.norm_before_fc} fc_norm={d.fc_norm} "
-            f"norm_output={d.norm_output} norm_before_residual={d.norm_before_residual}"
-        )
         lines.append(
             f"vocab   draft {d.draft_vocab_size} / target {d.target_vocab_size}; "
             f"d2t {'yes' if d.has_d2t else 'no'}, t2d {'yes' if d.has_t2d else 'no'}"
