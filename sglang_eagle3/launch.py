@@ -44,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(0 = embed; vLLM, speculators)",
     )
     p.add_argument("--dry-run", action="store_true", help="print the plan, start nothing")
+    p.add_argument(
+        "--write-draft-only",
+        action="store_true",
+        help="write the flat copy of a speculators draft (for a patched SGLang fork), print the "
+        "plan and the command, start nothing",
+    )
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     p.add_argument(
         "--cpu",
@@ -59,11 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _start(plan: LaunchPlan, cpu: bool) -> None:
+def _write_draft(plan: LaunchPlan) -> None:
     if plan.converted_draft:
         from sglang_eagle3.flat_draft import write_flat_draft
 
         write_flat_draft(plan.draft, Path(plan.draft_src), Path(plan.converted_draft))
+
+
+def _start(plan: LaunchPlan, cpu: bool) -> None:
+    _write_draft(plan)
     env = {**os.environ, **plan.env}
     if cpu:
         from sglang_eagle3.cpu_env import harness_env
@@ -98,8 +108,11 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(out, indent=2))
         else:
             print(render(plan))
-            if args.dry_run:
+            if args.dry_run or args.write_draft_only:
                 print("command " + command_line(plan))
+        if args.write_draft_only:
+            _write_draft(plan)
+            return 0
         if args.dry_run:
             return 0
         _start(plan, args.cpu)

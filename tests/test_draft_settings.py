@@ -122,3 +122,19 @@ def test_setting_status_is_validated():
     assert Setting("x", "1", OK, OK, OK).honoured
     with pytest.raises(ValueError, match="status"):
         Setting("x", "1", OK, OK, "maybe")
+
+
+def test_write_draft_only_writes_the_flat_copy_and_starts_nothing(
+    tiny_target, two_layer_draft, tmp_path
+):
+    before = {p.name: p.stat().st_mtime_ns for p in two_layer_draft.iterdir()}
+    args = [a for a in args_for(tiny_target, two_layer_draft, tmp_path / "c") if a != "--dry-run"]
+    out = launch(["--write-draft-only", *args])
+    assert out.returncode == 0, out.stderr
+    served = Path(json.loads(out.stdout)["draft"]["served_from"])
+    cfg = json.loads((served / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert cfg["norm_before_residual"] and cfg["embed_requires_grad"]
+    assert cfg["num_hidden_layers"] == 2 and cfg["target_hidden_size"] == 128
+    assert "SGLANG_IMPORTED" not in out.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in two_layer_draft.iterdir()} == before

@@ -14,6 +14,8 @@ try:
 except ImportError:  # tests/ imported as a package
     from tests.sglang_checks import capture_vs_hf
 
+DRAFTER_SCRIPT = Path(__file__).parent / "scripts" / "drafter_vs_speculators.py"
+
 PATCHES = sorted((Path(__file__).parent.parent / "patches").glob("*.patch"))
 
 
@@ -55,3 +57,44 @@ def test_patched_fork_captures_declared_taps_without_the_plugin(
     assert "capturing taps embed" not in log, "the plugin must be off in this test"
     diff, shifted = capture_vs_hf(srv, tiny_target, (0, 3, 6))
     assert diff < 1e-4 and shifted > 1e-2, (diff, shifted)
+
+
+@pytest.mark.sglang
+@pytest.mark.slow
+@pytest.mark.parametrize("layers", [1, 2])
+def test_patched_fork_serves_the_speculators_drafter_without_the_plugin(
+    patched_sglang, tmp_path, layers
+):
+    """1 layer: the trained tiny drafter (norm_before_residual); 2 layers: a random one with a
+    trained embedding. SGLang's drafter in process against speculators' forward."""
+    import json
+    import os
+    import sys
+
+    from sglang_eagle3.cpu_env import harness_env
+    from sglang_eagle3.draft_readers import read_draft
+    from sglang_eagle3.flat_draft import write_flat_draft
+    from sglang_eagle3.target_config import read_target
+    from sglang_eagle3.tiny.drafter import tiny_drafter
+    from sglang_eagle3.tiny.random_speculators import write_random_speculators_draft
+
+    d = tiny_drafter()
+    src = d.draft_dir
+    if layers == 2:
+        src = write_random_speculators_draft(tmp_path / "src", d.target_dir, num_layers=2)
+    t = read_target(d.target_dir)
+    spec = read_draft(src, num_layers=t.num_layers, target_hidden_size=t.hidden_size)
+    flat = write_flat_draft(spec, src, tmp_path / "flat")
+    env = harness_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(patched_sglang), env["PYTHONPATH"]])
+    env["SGLANG_PLUGINS"] = "sglang_eagle3_cpu_harness"  # the CPU harness, not the plugin
+    out = tmp_path / "out.json"
+    proc = subprocess.run(
+        [sys.executable, str(DRAFTER_SCRIPT), str(flat), str(src), str(d.train_data),
+         str(d.target_dir), str(out)],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "plugin loaded" not in proc.stderr
+    result = json.loads(out.read_text())
+    assert result["max_abs_diff"] < 1e-4 and result["same_argmax"], result
