@@ -21,16 +21,18 @@ from pathlib import Path
 from sglang_eagle3.bench_metrics import spec_stats
 from sglang_eagle3.server_process import sglang_server
 
-SPEC = [
-    "--speculative-algorithm",
-    "EAGLE3",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
-    "--speculative-num-draft-tokens",
-    "4",
-]
+
+def spec_flags(steps: int, topk: int, draft_tokens: int) -> list[str]:
+    return ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(steps),
+            "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens",
+            str(draft_tokens)]  # fmt: skip
+
+
+SPEC_KEYS = ("num_steps", "eagle_topk", "num_draft_tokens")
+# One torch thread per server: on 2 cores the HTTP client, tokenizer and detokenizer need the
+# other one, and tiny matrices gain nothing from a second OpenMP thread.
+SERVER_ENV = {"OMP_NUM_THREADS": "1"}
+WARMUP = ("import collections\n\n\ndef main():\n", "class Config:\n    def __init__(self):")
 STOCK_ONLY = {"SGLANG_PLUGINS": "sglang_eagle3_cpu_harness"}  # the CPU harness, not our plugin
 
 
@@ -66,15 +68,17 @@ def stock_flat_copy(draft_dir: Path, target_dir: Path, out: Path) -> Path:
 
 
 def measure(name, target, extra, log_dir, texts, max_new, *, module, env=None) -> dict:
+    env = {**SERVER_ENV, **(env or {})}
     srv = sglang_server(target, extra, log_dir / f"{name}.log", module=module, env=env)
     srv.start()
     try:
         srv.wait_ready(timeout=600)
         params = {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True}
-        srv.post("/generate", {"text": texts[0], "sampling_params": {"max_new_tokens": 4}})
+        for text in WARMUP:  # first requests compile SGLang's torch.compile'd ops: not timed
+            srv.post("/generate", {"text": text, "sampling_params": params})
         t0, outs = time.perf_counter(), []
-        for i, text in enumerate(texts):
-            outs.append(srv.post("/generate", {"text": text, "sampling_params": params}))
+        for i, ids in enumerate(texts):  # token ids: the doctor replays exactly these
+            outs.append(srv.post("/generate", {"input_ids": ids, "sampling_params": params}))
             print(f"\r  {name}: {i + 1}/{len(texts)} requests", end="", file=sys.stderr)
         wall = time.perf_counter() - t0
         print(file=sys.stderr)
@@ -91,38 +95,48 @@ def measure(name, target, extra, log_dir, texts, max_new, *, module, env=None) -
     }
 
 
-def doctor_prediction(drafter) -> float | None:
+def doctor_prediction(drafter, steps: int, data: Path) -> dict:
+    """The doctor on ``data`` (the target's hidden states over what the plain server
+    generated): its replay accept length walks the sequences the servers verified."""
     import subprocess
 
-    argv = [
-        sys.executable,
-        "-m",
-        "sglang_eagle3.doctor",
-        "--draft",
-        str(drafter.draft_dir),
-        "--data",
-        str(drafter.eval_data),
-        "--target",
-        str(drafter.target_dir),
-        "--json",
-        "--no-progress",
-    ]
+    argv = [sys.executable, "-m", "sglang_eagle3.doctor", "--draft", str(drafter.draft_dir),
+            "--data", str(data), "--target", str(drafter.target_dir), "--json", "--no-progress",
+            "--steps", str(steps)]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     try:
-        return json.loads(proc.stdout)["predicted_accept_length"]
+        report = json.loads(proc.stdout)
+        return {
+            "replay": report["replay_accept_length"],
+            "chain": report["predicted_accept_length"],
+        }
     except (json.JSONDecodeError, KeyError):
         print(f"doctor failed ({proc.returncode}): {proc.stderr[-2000:]}", file=sys.stderr)
-        return None
+        return {"replay": None, "chain": None}
 
 
-def run(n_prompts: int, max_new: int, work: Path, norm_fix_off_row: bool = False) -> dict:
+def tokenize(target: Path, texts: list[str]) -> list[list[int]]:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(target / "tokenizer.json"))
+    return [tok.encode(t, add_special_tokens=True).ids for t in texts]
+
+
+def run(
+    n_prompts: int,
+    max_new: int,
+    work: Path,
+    norm_fix_off_row: bool = False,
+    spec: tuple[int, int, int] = (3, 1, 4),
+) -> dict:
     from sglang_eagle3.tiny.drafter import tiny_drafter
 
     drafter = tiny_drafter()
     target = drafter.target_dir
-    texts = prompts(n_prompts)
+    texts = tokenize(target, prompts(n_prompts))
     stock = stock_flat_copy(drafter.draft_dir, target, work / "stock-draft")
     cpu = ["--dtype", "float32"]
+    flags = spec_flags(*spec)
     rows = [
         measure(
             "plain", target, ["--cpu", *cpu], work, texts, max_new, module="sglang_eagle3.launch"
@@ -130,7 +144,7 @@ def run(n_prompts: int, max_new: int, work: Path, norm_fix_off_row: bool = False
         measure(
             "stock-wiring",
             target,
-            [*cpu, *SPEC, "--speculative-draft-model-path", str(stock)],
+            [*cpu, *flags, "--speculative-draft-model-path", str(stock)],
             work,
             texts,
             max_new,
@@ -143,7 +157,7 @@ def run(n_prompts: int, max_new: int, work: Path, norm_fix_off_row: bool = False
             [
                 "--cpu",
                 *cpu,
-                *SPEC,
+                *flags,
                 "--speculative-draft-model-path",
                 str(drafter.draft_dir),
                 "--draft-cache-dir",
@@ -157,7 +171,7 @@ def run(n_prompts: int, max_new: int, work: Path, norm_fix_off_row: bool = False
     ]
     if norm_fix_off_row:  # the same wiring without the plugin's norm_before_residual fix
         rows.append(
-            measure("declared-layout-no-norm-fix", target, ["--cpu", *cpu, *SPEC,
+            measure("declared-layout-no-norm-fix", target, ["--cpu", *cpu, *flags,
                     "--speculative-draft-model-path", str(drafter.draft_dir), "--draft-cache-dir",
                     str(work / "drafts")], work, texts, max_new, module="sglang_eagle3.launch",
                     env={"SGLANG_EAGLE3_NORM_BEFORE_RESIDUAL": "0"})
@@ -166,11 +180,19 @@ def run(n_prompts: int, max_new: int, work: Path, norm_fix_off_row: bool = False
     for row in rows:
         row["lossless"] = row["output_ids"] == plain["output_ids"]
         row["speedup"] = row["tok_s"] / plain["tok_s"]
+    from sglang_eagle3.tiny.replay_data import write_replay_data
+
+    data = write_replay_data(target, texts, plain["output_ids"], work / "replay-data")
+    doctor = doctor_prediction(drafter, spec[0], data)
     return {
         "rows": rows,
-        "predicted_accept_length": doctor_prediction(drafter),
+        "predicted_accept_length": doctor["replay"],
+        "doctor_chain_accept_length": doctor["chain"],
         "prompts": len(texts),
         "max_new_tokens": max_new,
+        "speculative": dict(
+            zip(("num_steps", "eagle_topk", "num_draft_tokens"), spec, strict=True)
+        ),
     }
 
 
@@ -185,9 +207,16 @@ def table(result: dict) -> str:
             f"| {r['name']} | {al} | {r['tok_s']:.1f} | {r['speedup']:.2f}x | "
             f"{'yes' if r['lossless'] else 'NO'} |"
         )
-    pred = result["predicted_accept_length"]
+    pred, sp = result["predicted_accept_length"], result["speculative"]
     lines.append(
-        f"\ndoctor's predicted accept length (declared layout, 3-step chain): "
+        "\ndoctor's predicted accept length (declared layout, replaying the plain server's "
+        f"greedy outputs with a {sp['num_steps']}-step chain"
+        + (
+            ""
+            if sp["eagle_topk"] == 1
+            else f"; the servers draft trees, topk {sp['eagle_topk']}: expect more"
+        )  # fmt: skip
+        + "): "
         f"{'-' if pred is None else f'{pred:.2f}'}"
     )
     return "\n".join(lines)
@@ -207,9 +236,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="add a 4th server: the declared layout without honouring norm_before_residual",
     )
+    p.add_argument("--steps", type=int, default=3, help="--speculative-num-steps")
+    p.add_argument("--topk", type=int, default=1, help="--speculative-eagle-topk")
+    p.add_argument(
+        "--draft-tokens", type=int, help="--speculative-num-draft-tokens (default: steps + 1)"
+    )
     args = p.parse_args(argv)
+    spec = (args.steps, args.topk, args.draft_tokens or args.steps + 1)
     with tempfile.TemporaryDirectory(prefix="sglang-eagle3-demo-") as work:
-        result = run(args.prompts, args.max_new_tokens, Path(work), args.norm_fix_off_row)
+        result = run(
+            args.prompts, args.max_new_tokens, Path(work), args.norm_fix_off_row, spec=spec
+        )
     print(table(result))
     if args.json:
         slim = {
@@ -221,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
                 for r in result["rows"]
             ],
             "predicted_accept_length": result["predicted_accept_length"],
+            "doctor_chain_accept_length": result["doctor_chain_accept_length"],
+            "speculative": result["speculative"],
         }
         args.json.write_text(json.dumps(slim, indent=2))
     return 0 if all(r["lossless"] for r in result["rows"]) else 1

@@ -72,6 +72,8 @@ class Result:
     correct: list[int] = field(default_factory=list)  # per step
     total: list[int] = field(default_factory=list)  # per step
     hits: list[torch.Tensor] = field(default_factory=list)  # step 1, per sample: [valid] bool
+    walk_verifies: int = 0  # replay of serving: verify steps taken along the samples
+    walk_accepted: int = 0  # drafts those verify steps accepted
 
     def step1_hits(self) -> torch.Tensor:
         """Step-1 hit per scored position, in data order (the same positions for every
@@ -85,6 +87,15 @@ class Result:
     def accuracy(self) -> float | None:
         """First-step top-1 accuracy."""
         return self.rates()[0] if self.total else None
+
+    @property
+    def served_accept_length(self) -> float | None:
+        """Accepted tokens per verify step when serving walks the samples: each verify step
+        starts where the previous one ended (after its accepted drafts and bonus token), so
+        positions right after a failed draft count as often as serving meets them."""
+        if self.walk_verifies == 0:
+            return None
+        return 1 + self.walk_accepted / self.walk_verifies
 
     def accept_length(self, steps: int | None = None) -> float | None:
         """1 + p1 + p1*p2 + ... over the first ``steps`` measured steps (chain drafting)."""
@@ -171,6 +182,9 @@ def score_sample(
     if seq < 2:
         return
 
+    depth = torch.zeros(seq - 1, dtype=torch.long)  # drafts a chain from row t gets accepted
+    first = torch.zeros(seq - 1, dtype=torch.bool)  # rows whose step 1 is scored
+
     def keep(step: int, out) -> torch.Tensor:  # out.rows: the positions t this step ran for
         u = out.rows.cpu() + step + 1  # truth (and loss-mask) index of step k = step + 1
         inside = u < seq
@@ -183,6 +197,8 @@ def score_sample(
         result.correct[step] += int((valid & hit).sum())
         if step == 0:
             result.hits.append(hit[valid])
+            first[out.rows.cpu()[valid]] = True
+        depth[out.rows.cpu()[valid & hit]] += 1
         # go on only where this guess was right and is the data's next token, so the next
         # step sees the context the data (and its truth) was computed for
         data_next = torch.where(u + 1 < seq, ids[(u + 1).clamp(max=seq - 1)], -1)
@@ -193,6 +209,25 @@ def score_sample(
     else:  # the floor: no tap information at all
         taps = hs.new_zeros(seq - 1, draft.config.num_aux * hs.shape[-1])
     draft.forward(taps, ids[1:], steps=steps, keep=keep)
+    verifies, accepted = serving_walk(first.tolist(), depth.tolist())
+    result.walk_verifies += verifies
+    result.walk_accepted += accepted
+
+
+def serving_walk(scored: Sequence[bool], depth: Sequence[int]) -> tuple[int, int]:
+    """(verify steps, accepted drafts) of a server walking one sequence: a verify step at
+    row t accepts ``depth[t]`` drafts, and the next one starts at row t + depth[t] + 1 (the
+    accepted drafts and the bonus token are now context). Rows not ``scored`` (loss mask,
+    unknown truth) are stepped over without a verify."""
+    t = verifies = accepted = 0
+    while t < len(scored):
+        if not scored[t]:
+            t += 1
+            continue
+        verifies += 1
+        accepted += int(depth[t])
+        t += int(depth[t]) + 1
+    return verifies, accepted
 
 
 def evaluate(

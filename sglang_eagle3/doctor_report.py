@@ -25,6 +25,7 @@ class Report:
     served: dict[str, Any]
     data: dict[str, Any]
     predicted_accept_length: float | None
+    replay_accept_length: float | None  # serving's walk along the data (see doctor_eval)
     steps: int
     fingerprint: dict[str, Any]
     target_check: dict[str, Any] | None
@@ -39,6 +40,7 @@ class Report:
             "declared": self.declared,
             "served": self.served,
             "predicted_accept_length": self.predicted_accept_length,
+            "replay_accept_length": self.replay_accept_length,
             "steps": self.steps,
             "candidates": self.rows,
             "data": self.data,
@@ -55,7 +57,8 @@ class Report:
             f"declared: {self.declared['text']}",
             f"served:   {self.served['text']}",
             "",
-            f"{'layout (taps)':<34} {'step1':>6} {'p2|1':>6} {'p3|2':>6} {'accept':>6}  candidate",
+            f"{'layout (taps)':<34} {'step1':>6} {'p2|1':>6} {'p3|2':>6} {'accept':>6} "
+            f"{'replay':>6}  candidate",
         ]
         shown = 0
         hidden_rows = 0
@@ -70,17 +73,20 @@ class Report:
                 continue
             rates = (r["step_accuracy"] + [None, None, None])[:3]
             cells = " ".join(f"{'-' if p is None else f'{p:.1%}':>6}" for p in rates)
-            acc = r["predicted_accept_length"]
+            acc, rep = r["predicted_accept_length"], r.get("replay_accept_length")
             mark = "".join(m for m, key in (("*", "is_served"), ("=", "is_declared")) if r[key])
             lines.append(
                 f"{(mark + ' ' if mark else '') + r['text']:<34} {cells} "
-                f"{'-' if acc is None else f'{acc:.2f}':>6}  {r['name']}"
+                f"{'-' if acc is None else f'{acc:.2f}':>6} "
+                f"{'-' if rep is None else f'{rep:.2f}':>6}  {r['name']}"
             )
         if hidden_rows:
             lines.append(f"({hidden_rows} more search candidates: see --json)")
         lines.append(
             "(* served, = declared; p2|1: step 2 given step 1 right; accept: chain "
-            f"accept length over {self.steps} steps, 1 + p1 + p1*p2 + ...)"
+            f"accept length over {self.steps} steps, 1 + p1 + p1*p2 + ... (every position "
+            "alike); replay: serving's walk along the data, each verify starting where the "
+            "last ended: closest to a server when the data is the target's own greedy output)"
         )
         lines.append(f"fingerprint: {self.fingerprint['text']}")
         if self.target_check is not None:
@@ -118,6 +124,7 @@ def _row(res: Result, lay: DraftLayouts, steps: int) -> dict[str, Any]:
         "step_accuracy": res.rates(),
         "step_counts": [[a, b] for a, b in zip(res.correct, res.total, strict=True)],
         "predicted_accept_length": res.accept_length(steps),
+        "replay_accept_length": res.served_accept_length,
         "is_floor": c.is_floor,
         "is_served": lay.served is not None and c.taps == lay.served,
         "is_declared": lay.declared is not None and c.taps == lay.declared,
@@ -227,6 +234,7 @@ def make_report(
             + f" [{stored_source}]",
         },
         predicted_accept_length=pal_row["predicted_accept_length"] if pal_row else None,
+        replay_accept_length=pal_row["replay_accept_length"] if pal_row else None,
         steps=steps,
         fingerprint={
             "median_norms": list(fingerprint.norms),

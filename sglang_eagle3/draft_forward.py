@@ -13,8 +13,8 @@ One draft step, for each position t of a sequence:
 Later steps (chain drafting) feed the previous step's own token and its pre-norm output ``h'``
 (normed when ``norm_output``), at position + 1, attending to step 0's keys causally plus their
 own earlier steps' keys at the same position: speculators' TTT mask and SGLang's draft decode.
-Layers after the first use ``input_layernorm`` as speculators trains them (SGLang 0.5.23 uses
-``hidden_norm`` there). Sliding windows are ignored, as SGLang does by default.
+Layers after the first use ``input_layernorm`` as speculators trains them (SGLang 0.5.23 reads
+``hidden_norm`` there; the plugin loads the trained ``input_layernorm`` into it). Sliding windows are ignored, as SGLang does by default.
 """
 
 from __future__ import annotations

@@ -28,9 +28,10 @@ def test_demo_orders_accept_lengths_and_stays_lossless(tmp_path):
         rows["stock-wiring"]["accept_length"],
         rows["declared-layout"]["accept_length"],
     )
-    assert declared > 1.3 * stock, (declared, stock)
+    assert declared >= 1.5 * stock, (declared, stock)
+    # the doctor replays the plain server's greedy outputs: the sequences the servers verified
     predicted = result["predicted_accept_length"]
-    assert predicted is not None and abs(declared - predicted) / predicted < 0.25, (
+    assert predicted is not None and abs(declared - predicted) / predicted < 0.15, (
         declared,
         predicted,
     )

@@ -264,3 +264,16 @@ def test_tiny_drafter_checkpoint_and_its_flat_copy(drafter, tmp_path):
     for x, y in zip(a, b, strict=True):
         assert torch.equal(x.logits, y.logits)
     print(json.dumps(drafter.record, indent=1, sort_keys=True))
+
+
+def test_serving_walk_jumps_past_accepted_drafts_and_the_bonus_token():
+    from sglang_eagle3.doctor_eval import serving_walk
+
+    # rows:      0  1  2  3  4  5  6  7
+    depth = [2, 0, 0, 3, 1, 0, 1, 0]
+    # verify at 0 (2 accepted) -> 3 (3 accepted) -> 7 (0): 3 verifies, 5 drafts accepted
+    assert serving_walk([True] * 8, depth) == (3, 5)
+    scored = [False, True, True, True, True, True, True, True]
+    # 0 skipped; verify at 1 (0) -> 2 (0) -> 3 (3) -> 7 (0)
+    assert serving_walk(scored, depth) == (4, 3)
+    assert serving_walk([], []) == (0, 0)
