@@ -7,6 +7,8 @@ and measures each with the same greedy prompts:
   stock-wiring     EAGLE-3 as stock SGLang 0.5.23 wires this drafter: it ignores the
                    speculators top-level ids and captures its default taps
   declared-layout  EAGLE-3 through `python -m sglang_eagle3.launch` (this plugin)
+The EAGLE-3 servers draft 3 steps, topk 2, 6 draft tokens (a small tree; --topk 1 for a chain).
+The doctor's prediction replays the plain server's greedy outputs, drafted the same way.
 """
 
 from __future__ import annotations
@@ -95,14 +97,15 @@ def measure(name, target, extra, log_dir, texts, max_new, *, module, env=None) -
     }
 
 
-def doctor_prediction(drafter, steps: int, data: Path) -> dict:
+def doctor_prediction(drafter, spec: tuple[int, int, int], data: Path) -> dict:
     """The doctor on ``data`` (the target's hidden states over what the plain server
     generated): its replay accept length walks the sequences the servers verified."""
     import subprocess
 
     argv = [sys.executable, "-m", "sglang_eagle3.doctor", "--draft", str(drafter.draft_dir),
             "--data", str(data), "--target", str(drafter.target_dir), "--json", "--no-progress",
-            "--steps", str(steps)]  # fmt: skip
+            "--steps", str(spec[0]), "--topk", str(spec[1]), "--draft-tokens",
+            str(spec[2])]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     try:
         report = json.loads(proc.stdout)
@@ -127,7 +130,7 @@ def run(
     max_new: int,
     work: Path,
     norm_fix_off_row: bool = False,
-    spec: tuple[int, int, int] = (3, 1, 4),
+    spec: tuple[int, int, int] = (3, 2, 6),
 ) -> dict:
     from sglang_eagle3.tiny.drafter import tiny_drafter
 
@@ -183,7 +186,7 @@ def run(
     from sglang_eagle3.tiny.replay_data import write_replay_data
 
     data = write_replay_data(target, texts, plain["output_ids"], work / "replay-data")
-    doctor = doctor_prediction(drafter, spec[0], data)
+    doctor = doctor_prediction(drafter, spec, data)
     return {
         "rows": rows,
         "predicted_accept_length": doctor["replay"],
@@ -208,15 +211,10 @@ def table(result: dict) -> str:
             f"{'yes' if r['lossless'] else 'NO'} |"
         )
     pred, sp = result["predicted_accept_length"], result["speculative"]
+    shape = f"{sp['num_steps']} steps, topk {sp['eagle_topk']}, {sp['num_draft_tokens']} tokens"
     lines.append(
-        "\ndoctor's predicted accept length (declared layout, replaying the plain server's "
-        f"greedy outputs with a {sp['num_steps']}-step chain"
-        + (
-            ""
-            if sp["eagle_topk"] == 1
-            else f"; the servers draft trees, topk {sp['eagle_topk']}: expect more"
-        )  # fmt: skip
-        + "): "
+        "\ndoctor's predicted accept length (declared layout; replaying the plain server's "
+        f"greedy outputs drafted as the servers do: {shape}): "
         f"{'-' if pred is None else f'{pred:.2f}'}"
     )
     return "\n".join(lines)
@@ -236,13 +234,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="add a 4th server: the declared layout without honouring norm_before_residual",
     )
-    p.add_argument("--steps", type=int, default=3, help="--speculative-num-steps")
-    p.add_argument("--topk", type=int, default=1, help="--speculative-eagle-topk")
+    p.add_argument("--steps", type=int, default=3, help="--speculative-num-steps (3)")
+    p.add_argument("--topk", type=int, default=2, help="--speculative-eagle-topk (2: a tree)")
     p.add_argument(
-        "--draft-tokens", type=int, help="--speculative-num-draft-tokens (default: steps + 1)"
+        "--draft-tokens",
+        type=int,
+        help="--speculative-num-draft-tokens (default: steps + 1 for a chain, 2 x steps else)",
     )
     args = p.parse_args(argv)
-    spec = (args.steps, args.topk, args.draft_tokens or args.steps + 1)
+    default_tokens = args.steps + 1 if args.topk == 1 else 2 * args.steps
+    spec = (args.steps, args.topk, args.draft_tokens or default_tokens)
     with tempfile.TemporaryDirectory(prefix="sglang-eagle3-demo-") as work:
         result = run(
             args.prompts, args.max_new_tokens, Path(work), args.norm_fix_off_row, spec=spec

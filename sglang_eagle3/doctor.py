@@ -44,8 +44,13 @@ class DoctorOptions:
     search: bool = False
     progress: bool | None = None
     threads: int | None = None  # None: 1 for small drafts (hidden <= 1024), else torch's
+    topk: int = 1  # --speculative-eagle-topk the server drafts with (> 1: a tree)
+    draft_tokens: int | None = None  # --speculative-num-draft-tokens (None: steps + 1)
 
     def __post_init__(self) -> None:
+        from .draft_tree import check_tree
+
+        check_tree(self.steps, self.topk, self.draft_tokens or self.steps + 1)
         if self.threads is not None and self.threads < 1:
             raise WiringError(f"--threads must be >= 1, got {self.threads}")
         if not 1 <= self.steps <= 8:
@@ -153,6 +158,7 @@ def _run(opts: DoctorOptions) -> Report:
         cands,
         steps=opts.steps,
         max_tokens=opts.max_tokens,
+        tree=(opts.topk, opts.draft_tokens or opts.steps + 1),
         head=head,
         progress=opts.progress,
     )
@@ -173,6 +179,12 @@ def _run(opts: DoctorOptions) -> Report:
         margins=(MIN_GAP, MIN_Z),
     )
     report.settings = _settings(opts, n, info.hidden_size, target_cfg)
+    if opts.topk > 1:
+        report.notes.append(
+            f"scored as SGLang drafts a tree: topk {opts.topk}, "
+            f"{opts.draft_tokens or opts.steps + 1} draft tokens; p_d is depth d accepted "
+            "given depth d-1, replay walks the tree's greedy verify"
+        )
     return report
 
 
@@ -209,6 +221,10 @@ def parse_args(argv: list[str] | None) -> tuple[DoctorOptions, bool]:
     p.add_argument("--num-layers", type=int, help="the target's decoder layers (no --target)")
     p.add_argument("--search", action="store_true", help="also score every K-subset of taps")
     p.add_argument("--threads", type=int, help="torch threads (default: 1 for small drafts)")
+    p.add_argument("--topk", type=int, default=1, help="the server's --speculative-eagle-topk")
+    p.add_argument(
+        "--draft-tokens", type=int, help="the server's --speculative-num-draft-tokens (steps + 1)"
+    )
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
     opts = DoctorOptions(
@@ -223,6 +239,8 @@ def parse_args(argv: list[str] | None) -> tuple[DoctorOptions, bool]:
         served_by=a.served_by,
         data_taps=a.data_taps,
         num_layers=a.num_layers,
+        topk=a.topk,
+        draft_tokens=a.draft_tokens,
         search=a.search,
         progress=False if a.no_progress else None,
         threads=a.threads,

@@ -172,14 +172,18 @@ def score_sample(
     truth: torch.Tensor,  # [seq]
     steps: int,
     result: Result,
+    tree: tuple[int, int] | None = None,  # (topk, draft tokens) when SGLang drafts a tree
 ) -> None:
     """Add one sample's counts for one candidate to ``result``."""
-    hs, ids, mask = sample.hidden_states, sample.input_ids, sample.loss_mask
+    ids, mask = sample.input_ids, sample.loss_mask
     seq = ids.shape[0]
     while len(result.total) < steps:
         result.correct.append(0)
         result.total.append(0)
     if seq < 2:
+        return
+    if tree is not None and tree[0] > 1:
+        _score_tree_sample(draft, sample, indices, truth, steps, result, tree)
         return
 
     depth = torch.zeros(seq - 1, dtype=torch.long)  # drafts a chain from row t gets accepted
@@ -204,12 +208,31 @@ def score_sample(
         data_next = torch.where(u + 1 < seq, ids[(u + 1).clamp(max=seq - 1)], -1)
         return valid & hit & (pred == data_next)
 
-    if indices:
-        taps = hs[:-1, list(indices)].flatten(1)  # [T, K * hidden]
-    else:  # the floor: no tap information at all
-        taps = hs.new_zeros(seq - 1, draft.config.num_aux * hs.shape[-1])
-    draft.forward(taps, ids[1:], steps=steps, keep=keep)
+    draft.forward(_fc_taps(draft, sample, indices), ids[1:], steps=steps, keep=keep)
     verifies, accepted = serving_walk(first.tolist(), depth.tolist())
+    result.walk_verifies += verifies
+    result.walk_accepted += accepted
+
+
+def _fc_taps(draft: Eagle3Draft, sample: Sample, indices: Sequence[int]) -> torch.Tensor:
+    hs = sample.hidden_states
+    if indices:
+        return hs[:-1, list(indices)].flatten(1)  # [T, K * hidden]
+    return hs.new_zeros(hs.shape[0] - 1, draft.config.num_aux * hs.shape[-1])  # the floor
+
+
+def _score_tree_sample(draft, sample, indices, truth, steps, result, tree) -> None:
+    from .draft_tree import score_tree
+
+    taps = _fc_taps(draft, sample, indices)
+    ids, mask = sample.input_ids, sample.loss_mask
+    got = score_tree(draft, taps, ids, truth, mask, steps=steps, topk=tree[0],
+                     draft_tokens=tree[1])  # fmt: skip
+    for d, (c, t) in enumerate(zip(got.correct, got.total, strict=True)):
+        result.correct[d] += c
+        result.total[d] += t
+    result.hits.append(got.hit1[got.first])
+    verifies, accepted = serving_walk(got.first.tolist(), got.depth.tolist())
     result.walk_verifies += verifies
     result.walk_accepted += accepted
 
@@ -239,6 +262,7 @@ def evaluate(
     max_tokens: int,
     head: Callable[[torch.Tensor], torch.Tensor] | None = None,
     progress: bool | None = None,
+    tree: tuple[int, int] | None = None,
 ) -> list[Result]:
     """Score every evaluable candidate on up to ``max_tokens`` draft positions, one sample in
     memory at a time. Results come in candidate order (not evaluable ones stay empty)."""
@@ -264,7 +288,7 @@ def evaluate(
             )
             truth = truth_tokens(sample, head)
             for cand, res in live:
-                score_sample(draft, sample, cand.indices or (), truth, steps, res)
+                score_sample(draft, sample, cand.indices or (), truth, steps, res, tree)
             used += keep - 1
             bar.update(keep - 1)
     return results

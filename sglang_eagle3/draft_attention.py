@@ -1,6 +1,7 @@
 """Attention of a draft step over its KV cache: step 0 causally over the whole sequence,
 each later (chained) step only to its own position's earlier-step keys, as speculators' TTT
-mask (diagonal blocks) and SGLang's draft decode see them. Softmax in fp32."""
+mask (diagonal blocks) and SGLang's draft decode see them; in a draft tree, to its own
+branch's earlier-step keys (``later_rows``). Softmax in fp32."""
 
 from __future__ import annotations
 
@@ -17,11 +18,17 @@ class LayerCache:
         self.k0 = self.v0 = torch.empty(0)
         self.later: list[tuple[torch.Tensor, torch.Tensor]] = []
 
-    def add(self, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor) -> None:
+    def add(
+        self, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor, size: int | None = None
+    ) -> None:
+        """``rows``: where a later step's keys go; ``size``: that step's buffer length (the
+        sequence length; a draft tree stores one slot per beam instead)."""
         if self.k0.numel() == 0:
             self.k0, self.v0 = k, v
             return
-        full_k, full_v = torch.zeros_like(self.k0), torch.zeros_like(self.v0)
+        shape_k = (k.shape[0], size or self.k0.shape[1], k.shape[2])
+        shape_v = (v.shape[0], size or self.v0.shape[1], v.shape[2])
+        full_k, full_v = k.new_zeros(shape_k), v.new_zeros(shape_v)
         full_k[:, rows], full_v[:, rows] = k, v
         self.later.append((full_k, full_v))
 
@@ -30,6 +37,7 @@ def attention(
     q: torch.Tensor,  # [H, R, D] queries of positions ``rows``
     rows: torch.Tensor,  # [R] positions (indices into the sequence)
     cache: LayerCache,
+    later_rows: list[torch.Tensor] | None = None,  # per later step: [R] slot each query reads
 ) -> torch.Tensor:  # [H, R, D]
     heads, n_rows, dim = q.shape
     rep = heads // cache.k0.shape[0]
@@ -45,10 +53,14 @@ def attention(
         s0 = qc @ k0.transpose(1, 2) * scale  # step 0's keys: causal over the prefix
         s0 = s0.masked_fill(kv_pos[None, None, :] > r[None, :, None], float("-inf"))
         # later steps' keys: only the query's own position (TTT's diagonal blocks)
-        diag = [(qc * k[:, r].float()).sum(-1, keepdim=True) * scale for k, _ in later]
+        slots = [r] * len(later) if later_rows is None else [x[s:e] for x in later_rows]
+        diag = [
+            (qc * k[:, j].float()).sum(-1, keepdim=True) * scale
+            for (k, _), j in zip(later, slots, strict=True)
+        ]
         p = torch.cat([s0, *diag], dim=-1).softmax(-1)
         o = p[..., :t_len] @ v0
-        for j, (_, v) in enumerate(later):
-            o = o + p[..., t_len + j : t_len + j + 1] * v[:, r].float()
+        for j, ((_, v), slot) in enumerate(zip(later, slots, strict=True)):
+            o = o + p[..., t_len + j : t_len + j + 1] * v[:, slot].float()
         out[:, s:e] = o.to(q.dtype)
     return out

@@ -14,7 +14,8 @@ Later steps (chain drafting) feed the previous step's own token and its pre-norm
 (normed when ``norm_output``), at position + 1, attending to step 0's keys causally plus their
 own earlier steps' keys at the same position: speculators' TTT mask and SGLang's draft decode.
 Layers after the first use ``input_layernorm`` as speculators trains them (SGLang 0.5.23 reads
-``hidden_norm`` there; the plugin loads the trained ``input_layernorm`` into it). Sliding windows are ignored, as SGLang does by default.
+``hidden_norm`` there; the plugin loads the trained ``input_layernorm`` into it). Sliding
+windows are ignored, as SGLang does by default.
 """
 
 from __future__ import annotations
@@ -107,7 +108,10 @@ class Eagle3Draft:
         cos_sin: tuple[torch.Tensor, torch.Tensor],  # [1, R, head_dim] each
         rows: torch.Tensor,  # [R]
         cache: LayerCache,
+        tree: tuple[torch.Tensor, int, list[torch.Tensor]] | None = None,
     ) -> torch.Tensor:
+        """``tree``: (slots [R], buffer size, per later step the [R] slots read): a draft
+        tree's branches keep their keys apart (see draft_tree)."""
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
         c, p = self.config, f"layers.{i}."
@@ -116,8 +120,14 @@ class Eagle3Draft:
         k = self._linear(x, p + "self_attn.k_proj").view(n, c.num_kv_heads, c.head_dim)
         v = self._linear(x, p + "self_attn.v_proj").view(n, c.num_kv_heads, c.head_dim)
         q, k = apply_rotary_pos_emb(q.transpose(0, 1)[None], k.transpose(0, 1)[None], *cos_sin)
-        cache.add(k[0], v.transpose(0, 1), rows)
-        attn = attention(q[0], rows, cache).transpose(0, 1).reshape(n, -1)
+        if tree is None:
+            cache.add(k[0], v.transpose(0, 1), rows)
+            attn = attention(q[0], rows, cache)
+        else:
+            slots, size, read = tree
+            cache.add(k[0], v.transpose(0, 1), slots, size)
+            attn = attention(q[0], rows, cache, read)
+        attn = attn.transpose(0, 1).reshape(n, -1)
         h = residual + self._linear(attn, p + "self_attn.o_proj")
         m = rms_norm(h, self.w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
         gate, up = self._linear(m, p + "mlp.gate_proj"), self._linear(m, p + "mlp.up_proj")
@@ -125,6 +135,34 @@ class Eagle3Draft:
 
     def _linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
         return F.linear(x, self.w[name + ".weight"], self.w.get(name + ".bias"))
+
+    def step(
+        self,
+        ids: torch.Tensor,  # [R] target ids fed
+        hidden: torch.Tensor,  # [R, hidden] fc output (step 0) or the previous step's output
+        rows: torch.Tensor,  # [R] positions
+        step: int,
+        caches: list[LayerCache],
+        tree: tuple[torch.Tensor, int, list[torch.Tensor]] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One draft step -> (logits [R, draft_vocab], the hidden state the next step gets)."""
+        c, w = self.config, self.w
+        emb = self.embed(ids).to(self.device, self.dtype)
+        normed = rms_norm(hidden, w["layers.0.hidden_norm.weight"], c.rms_norm_eps)
+        x = torch.cat(
+            [rms_norm(emb, w["layers.0.input_layernorm.weight"], c.rms_norm_eps), normed], -1
+        )
+        residual = normed if c.norm_before_residual else hidden
+        # speculators' positions: token t+1 (fed with tap t) sits at t+1, +1 per step
+        cos, sin = self.rope(hidden[None], (rows + 1 + step)[None])
+        cos_sin = (cos.to(self.dtype), sin.to(self.dtype))
+        h = self._layer(0, x, residual, cos_sin, rows, caches[0], tree)
+        for i in range(1, c.num_layers):
+            x = rms_norm(h, w[f"layers.{i}.input_layernorm.weight"], c.rms_norm_eps)
+            h = self._layer(i, x, h, cos_sin, rows, caches[i], tree)
+        normed_out = rms_norm(h, w["norm.weight"], c.rms_norm_eps)
+        logits = F.linear(normed_out, w["lm_head.weight"])
+        return logits, (normed_out if c.norm_output else h)
 
     # ---- the forward ----------------------------------------------------------------
     @torch.inference_mode()
@@ -142,7 +180,7 @@ class Eagle3Draft:
         ``keep(k, out)`` (k from 0, called after every step) narrows the positions later
         steps run for (a chain that already failed needs no more steps); the output stops
         early when none are left."""
-        c, w = self.config, self.w
+        c = self.config
         if steps < 1:
             raise WiringError(f"steps must be >= 1, got {steps}")
         if taps.ndim != 2 or taps.shape[-1] != c.num_aux * c.target_hidden_size:
@@ -160,24 +198,9 @@ class Eagle3Draft:
         caches = [LayerCache() for _ in range(c.num_layers)]
         out: list[StepOutput] = []
         for step in range(steps):
-            emb = self.embed(ids).to(self.device, self.dtype)
-            normed = rms_norm(hidden, w["layers.0.hidden_norm.weight"], c.rms_norm_eps)
-            x = torch.cat(
-                [rms_norm(emb, w["layers.0.input_layernorm.weight"], c.rms_norm_eps), normed], -1
-            )
-            residual = normed if c.norm_before_residual else hidden
-            # speculators' positions: token t+1 (fed with tap t) sits at t+1, +1 per step
-            cos, sin = self.rope(hidden[None], (rows + 1 + step)[None])
-            cos_sin = (cos.to(self.dtype), sin.to(self.dtype))
-            h = self._layer(0, x, residual, cos_sin, rows, caches[0])
-            for i in range(1, c.num_layers):
-                x = rms_norm(h, w[f"layers.{i}.input_layernorm.weight"], c.rms_norm_eps)
-                h = self._layer(i, x, h, cos_sin, rows, caches[i])
-            normed_out = rms_norm(h, w["norm.weight"], c.rms_norm_eps)
-            logits = F.linear(normed_out, w["lm_head.weight"])
+            logits, hidden = self.step(ids, hidden, rows, step, caches)
             draft_ids = logits.argmax(-1)
             target_ids = self.to_target_ids(draft_ids)
-            hidden = normed_out if c.norm_output else h
             result = StepOutput(logits, hidden, draft_ids, target_ids, rows)
             out.append(result)
             ids = (

@@ -221,6 +221,12 @@ def test_bad_inputs_exit_2_with_one_clear_line(random_draft, tmp_path, capsys):
     code, err = run_main(["--draft", str(random_draft), "--data", str(no_layers)], capsys)
     assert code == 2 and "--num-layers" in err
 
+    tree = ["--draft", str(random_draft), "--data", str(ok), "--topk", "2", "--draft-tokens"]
+    code, err = run_main([*tree, "12"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "has 2 .. 11 draft tokens" in err
+    code, err = run_main([*tree, "6"], capsys)
+    assert code in (0, 1) and err == ""
+
 
 def test_unknown_stored_taps_fall_back_to_speculators_convention(random_draft, tmp_path, capsys):
     plain = tmp_path / "plain"
