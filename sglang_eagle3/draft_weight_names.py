@@ -25,6 +25,9 @@ STACKED = (
     (".gate_up_proj", ".up_proj"),
 )
 VOCAB_MAPS = ("d2t", "t2d")  # read into hot_token_id / ignored on purpose
+# Saved by some trainers, never needed to serve: RoPE caches (recomputed) and speculators'
+# frozen copies of the verifier's head and final norm (serving uses the target's own).
+NOT_SERVED = ("rotary_emb.inv_freq", "verifier_lm_head.", "verifier_norm.")
 _LATER_INPUT_NORM = re.compile(r"(?:model\.)?layers\.(\d+)\.input_layernorm\.weight")
 
 
@@ -70,7 +73,7 @@ def load_gaps(
     params = set(params)
     loaded, dropped = set(), []
     for name in names:
-        if any(v in name for v in VOCAB_MAPS):
+        if any(v in name for v in VOCAB_MAPS + NOT_SERVED):
             continue
         target = sglang_param_name(name, params)
         if target is None:

@@ -53,7 +53,9 @@ def test_load_gaps_reports_skipped_tensors_and_unfilled_parameters():
     names = ["fc.weight", "layers.0.self_attn.q_proj.weight", "layers.0.self_attn.o_proj.weight",
              "layers.0.mlp.gate_proj.weight", "layers.0.hidden_norm.weight",
              "layers.0.input_layernorm.weight", "layers.1.hidden_norm.weight", "norm.weight",
-             "d2t", "t2d", "layers.0.self_attn.q_norm.weight"]  # fmt: skip
+             "d2t", "t2d", "verifier_lm_head.weight", "verifier_norm.weight",
+             "layers.0.self_attn.rotary_emb.inv_freq",
+             "layers.0.self_attn.q_norm.weight"]  # fmt: skip
     dropped, missing = load_gaps(names, PARAMS, exempt={"model.embed_tokens.weight"})
     assert dropped == ["layers.0.self_attn.q_norm.weight"]
     # layers.1.input_layernorm: allocated, never read by SGLang's later EAGLE-3 layers
