@@ -24,6 +24,7 @@ from sglang.srt.plugins import load_plugins
 load_plugins()  # the CPU harness (and this project's plugin unless SGLANG_PLUGINS drops it)
 
 import sglang.benchmark.one_batch as ob  # noqa: E402
+from one_batch_runner import load_runner  # noqa: E402
 from sglang.srt.server_args import ServerArgs  # noqa: E402
 
 from sglang_eagle3.train_data import TrainData  # noqa: E402
@@ -43,16 +44,7 @@ def inputs() -> list[tuple[list[int], torch.Tensor]]:
 
 
 def work(server_args, port_args, bench_args, gpu_id, tp_rank):
-    ob.publish(
-        server_args,
-        role="scheduler",
-        ranks=ob.SpawnRanks(
-            world_rank=ob.spawn_world_rank(server_args, tp_rank=tp_rank, pp_rank=0),
-            gpu_id=gpu_id,
-        ),
-    )
-    ob._init_process_global_configs()
-    runner = ob.load_model(server_args, port_args, gpu_id, tp_rank)[0].torch_runner
+    runner = load_runner(server_args, port_args, gpu_id, tp_rank).torch_runner
     # as SGLang's EAGLE-3 worker does once both models are loaded: share the target's embedding
     embed = load_file(f"{TARGET}/model.safetensors")["model.embed_tokens.weight"].float()
     runner.model.set_embed(torch.nn.Parameter(embed, requires_grad=False))

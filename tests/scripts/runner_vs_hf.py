@@ -14,6 +14,7 @@ from sglang.srt.plugins import load_plugins
 load_plugins()  # the CPU harness is a plugin: SGLang's own mechanism, as in a server
 
 import sglang.benchmark.one_batch as ob  # noqa: E402
+from one_batch_runner import load_runner  # noqa: E402
 from sglang.srt.server_args import ServerArgs  # noqa: E402
 
 from sglang_eagle3.tiny.checkpoint import load_hf_target  # noqa: E402
@@ -25,16 +26,7 @@ CUT = 4
 
 
 def work(server_args, port_args, bench_args, gpu_id, tp_rank):
-    ob.publish(
-        server_args,
-        role="scheduler",
-        ranks=ob.SpawnRanks(
-            world_rank=ob.spawn_world_rank(server_args, tp_rank=tp_rank, pp_rank=0),
-            gpu_id=gpu_id,
-        ),
-    )
-    ob._init_process_global_configs()
-    runner, _tok = ob.load_model(server_args, port_args, gpu_id, tp_rank)
+    runner = load_runner(server_args, port_args, gpu_id, tp_rank)
     params = ob.SamplingParams(temperature=0, max_new_tokens=DECODE_STEPS + 1)
     reqs = []
     for i, ids in enumerate(PROMPTS):
