@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -40,8 +41,29 @@ def with_cpu_defaults(argv: list[str]) -> list[str]:
     return out
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A free port below the kernel's ephemeral range. SGLang binds its HTTP port only after
+    loading the model (tens of seconds on CPU); meanwhile every outgoing connection takes an
+    ephemeral port, and one did take an OS-picked port here ("address already in use").
+    SGLang's own extra ports sit a few hundred above the HTTP port, so leave room."""
+    high = _ephemeral_low() - 1100
+    rng = random.SystemRandom()
+    for _ in range(100):
+        port = rng.randint(max(1024, high - 12000), high)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # a crowded machine: any free port
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
