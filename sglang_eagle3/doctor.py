@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from .doctor_candidates import SERVED_BY, build_candidates, draft_layouts, resolve_stored_taps
 from .doctor_report import Report, make_report
+from .draft_spec import DraftSpec
 from .errors import WiringError
 from .taps import parse_taps
 
@@ -47,10 +48,15 @@ class DoctorOptions:
     topk: int = 1  # --speculative-eagle-topk the server drafts with (> 1: a tree)
     draft_tokens: int | None = None  # --speculative-num-draft-tokens (None: steps + 1)
 
+    @property
+    def tree(self) -> tuple[int, int]:
+        """(topk, draft tokens) as the server drafts: a chain of steps + 1 unless given."""
+        return self.topk, self.draft_tokens or self.steps + 1
+
     def __post_init__(self) -> None:
         from .draft_tree import check_tree
 
-        check_tree(self.steps, self.topk, self.draft_tokens or self.steps + 1)
+        check_tree(self.steps, *self.tree)
         if self.threads is not None and self.threads < 1:
             raise WiringError(f"--threads must be >= 1, got {self.threads}")
         if not 1 <= self.steps <= 8:
@@ -158,7 +164,7 @@ def _run(opts: DoctorOptions) -> Report:
         cands,
         steps=opts.steps,
         max_tokens=opts.max_tokens,
-        tree=(opts.topk, opts.draft_tokens or opts.steps + 1),
+        tree=opts.tree,
         head=head,
         progress=opts.progress,
     )
@@ -178,23 +184,24 @@ def _run(opts: DoctorOptions) -> Report:
         steps=opts.steps,
         margins=(MIN_GAP, MIN_Z),
     )
-    report.settings = _settings(opts, n, info.hidden_size, target_cfg)
+    report.settings = _settings(lay.spec, target_cfg)
     if opts.topk > 1:
         report.notes.append(
             f"scored as SGLang drafts a tree: topk {opts.topk}, "
-            f"{opts.draft_tokens or opts.steps + 1} draft tokens; p_d is depth d accepted "
+            f"{opts.tree[1]} draft tokens; p_d is depth d accepted "
             "given depth d-1, replay walks the tree's greedy verify"
         )
     return report
 
 
-def _settings(opts: DoctorOptions, n: int, hidden: int, target_cfg: dict | None) -> list[dict]:
-    """Each training-time setting, and whether the server honours it (as the launcher says)."""
-    from .draft_readers import read_draft
+def _settings(spec: DraftSpec | None, target_cfg: dict | None) -> list[dict]:
+    """Each training-time setting, and whether the server honours it (as the launcher says);
+    none when the draft's ids are ambiguous (the report's notes say so)."""
     from .draft_settings import draft_settings
     from .target_config import DEEPSEEK_FAMILY
 
-    spec = read_draft(opts.draft, num_layers=n, target_hidden_size=hidden)
+    if spec is None:
+        return []
     archs = set((target_cfg or {}).get("architectures") or [])
     deepseek = target_cfg is None or bool(archs & DEEPSEEK_FAMILY)
     return [st.to_json() for st in draft_settings(spec, deepseek_target=deepseek)]

@@ -283,3 +283,24 @@ def test_serving_walk_jumps_past_accepted_drafts_and_the_bonus_token():
     # 0 skipped; verify at 1 (0) -> 2 (0) -> 3 (3) -> 7 (0)
     assert serving_walk(scored, depth) == (4, 3)
     assert serving_walk([], []) == (0, 0)
+
+
+def test_ambiguous_ids_are_scored_without_a_settings_table(random_draft, tmp_path, capsys):
+    """ids that read validly in two conventions: the doctor scores both readings (its notes
+    say why) instead of failing on the settings table, which needs a resolved draft."""
+    from sglang_eagle3.draft_readers import read_draft
+    from sglang_eagle3.flat_draft import write_flat_draft
+
+    spec = read_draft(random_draft, num_layers=8, target_hidden_size=64)
+    flat = write_flat_draft(spec, random_draft, tmp_path / "flat")
+    cfg = json.loads((flat / "config.json").read_text())
+    cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [2, 4, 5]}
+    (flat / "config.json").write_text(json.dumps(cfg))
+    data = write_data(tmp_path / "data", taps=["embed", "layer:2", "layer:5", "layer:7"])
+    code = main(["--draft", str(flat), "--data", str(data), "--json", "--no-progress",
+                 "--max-tokens", "32"])  # fmt: skip
+    out = capsys.readouterr()
+    assert code in (0, 1), out.err
+    report = json.loads(out.out)
+    assert report["settings"] == []
+    assert any("convention" in n for n in report["notes"]), report["notes"]
