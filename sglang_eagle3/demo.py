@@ -55,13 +55,9 @@ def prompts(n: int, chars: int = 160) -> list[str]:
 def stock_flat_copy(draft_dir: Path, target_dir: Path, out: Path) -> Path:
     """What a team gets by flattening the speculators config by hand for stock SGLang: the
     ids stay top-level (SGLang reads only eagle_config's), nothing declares the layout."""
-    from sglang_eagle3.draft_readers import read_draft
-    from sglang_eagle3.flat_draft import write_flat_draft
-    from sglang_eagle3.target_config import read_target
+    from sglang_eagle3.flat_draft import flat_copy_for_target
 
-    t = read_target(target_dir)
-    spec = read_draft(draft_dir, num_layers=t.num_layers, target_hidden_size=t.hidden_size)
-    write_flat_draft(spec, draft_dir, out)
+    flat_copy_for_target(draft_dir, target_dir, out)
     cfg = json.loads((out / "config.json").read_text())
     eagle = cfg.pop("eagle_config", {})
     cfg["eagle_aux_hidden_state_layer_ids"] = eagle.get("eagle_aux_hidden_state_layer_ids")

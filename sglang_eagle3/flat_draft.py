@@ -144,6 +144,19 @@ def write_flat_draft(spec: DraftSpec, src_dir: str | Path, dst_dir: str | Path) 
     return dst
 
 
+def flat_copy_for_target(
+    draft_dir: str | Path, target_dir: str | Path, dst_dir: str | Path
+) -> Path:
+    """Read a speculators draft against its target and write its flat copy, as the launcher
+    does before SGLang starts."""
+    from .draft_readers import read_draft
+    from .target_config import read_target
+
+    t = read_target(target_dir)
+    spec = read_draft(draft_dir, num_layers=t.num_layers, target_hidden_size=t.hidden_size)
+    return write_flat_draft(spec, draft_dir, dst_dir)
+
+
 def _read_bytes(path: Path) -> bytes:
     try:
         return path.read_bytes()

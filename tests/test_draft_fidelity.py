@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sglang_eagle3.cpu_env import harness_env
+from sglang_eagle3.flat_draft import flat_copy_for_target
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 SCRIPT = Path(__file__).parent / "scripts" / "drafter_vs_speculators.py"
@@ -27,16 +28,6 @@ def drafter():
     from sglang_eagle3.tiny.drafter import tiny_drafter
 
     return tiny_drafter()
-
-
-def _flat(src: Path, target: Path, out: Path) -> Path:
-    from sglang_eagle3.draft_readers import read_draft
-    from sglang_eagle3.flat_draft import write_flat_draft
-    from sglang_eagle3.target_config import read_target
-
-    t = read_target(target)
-    spec = read_draft(src, num_layers=t.num_layers, target_hidden_size=t.hidden_size)
-    return write_flat_draft(spec, src, out)
 
 
 def _compare(flat: Path, spec: Path, drafter, out: Path, env_extra=None):
@@ -53,7 +44,7 @@ def _compare(flat: Path, spec: Path, drafter, out: Path, env_extra=None):
 def test_norm_before_residual_drafter_matches_speculators(drafter, tmp_path):
     """The demo's drafter: speculators' defaults (norm_before_residual=True), trained."""
     assert json.loads((drafter.draft_dir / "config.json").read_text())["norm_before_residual"]
-    flat = _flat(drafter.draft_dir, drafter.target_dir, tmp_path / "flat")
+    flat = flat_copy_for_target(drafter.draft_dir, drafter.target_dir, tmp_path / "flat")
     proc, on = _compare(flat, drafter.draft_dir, drafter, tmp_path / "on.json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert on["rows"] == 3 and on["norm_before_residual_flag"]
@@ -75,7 +66,7 @@ def test_two_layer_drafter_with_trained_embedding_matches_speculators(drafter, t
     from sglang_eagle3.tiny.random_speculators import write_random_speculators_draft
 
     src = write_random_speculators_draft(tmp_path / "src", drafter.target_dir, num_layers=2)
-    flat = _flat(src, drafter.target_dir, tmp_path / "flat")
+    flat = flat_copy_for_target(src, drafter.target_dir, tmp_path / "flat")
     proc, on = _compare(flat, src, drafter, tmp_path / "on.json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert on["max_abs_diff"] < 1e-4 and on["same_argmax"], on
@@ -90,7 +81,7 @@ def test_two_layer_drafter_with_trained_embedding_matches_speculators(drafter, t
 def test_tensor_sglang_would_skip_is_refused_at_load(drafter, tmp_path):
     from safetensors.torch import load_file, save_file
 
-    flat = _flat(drafter.draft_dir, drafter.target_dir, tmp_path / "flat")
+    flat = flat_copy_for_target(drafter.draft_dir, drafter.target_dir, tmp_path / "flat")
     bad = tmp_path / "bad"
     bad.mkdir()
     shutil.copy(flat / "config.json", bad / "config.json")

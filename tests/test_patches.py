@@ -72,9 +72,7 @@ def test_patched_fork_serves_the_speculators_drafter_without_the_plugin(
     import sys
 
     from sglang_eagle3.cpu_env import harness_env
-    from sglang_eagle3.draft_readers import read_draft
-    from sglang_eagle3.flat_draft import write_flat_draft
-    from sglang_eagle3.target_config import read_target
+    from sglang_eagle3.flat_draft import flat_copy_for_target
     from sglang_eagle3.tiny.drafter import tiny_drafter
     from sglang_eagle3.tiny.random_speculators import write_random_speculators_draft
 
@@ -82,9 +80,7 @@ def test_patched_fork_serves_the_speculators_drafter_without_the_plugin(
     src = d.draft_dir
     if layers == 2:
         src = write_random_speculators_draft(tmp_path / "src", d.target_dir, num_layers=2)
-    t = read_target(d.target_dir)
-    spec = read_draft(src, num_layers=t.num_layers, target_hidden_size=t.hidden_size)
-    flat = write_flat_draft(spec, src, tmp_path / "flat")
+    flat = flat_copy_for_target(src, d.target_dir, tmp_path / "flat")
     env = harness_env()
     env["PYTHONPATH"] = os.pathsep.join([str(patched_sglang), env["PYTHONPATH"]])
     env["SGLANG_PLUGINS"] = "sglang_eagle3_cpu_harness"  # the CPU harness, not the plugin
