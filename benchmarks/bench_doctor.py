@@ -112,7 +112,7 @@ def write_draft(out: Path, gen: torch.Generator) -> None:
 
 def write_data(out: Path, tokens: int, gen: torch.Generator) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from sglang_eagle3.train_data import TrainDataWriter
+    from sglang_eagle3.data.train_data import TrainDataWriter
 
     scales = torch.tensor([4.0, 20.0, 60.0, 90.0])[None, :, None]  # norms grow with depth
     with TrainDataWriter(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglang_eagle3.bench import main  # noqa: E402
+from sglang_eagle3.bench.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

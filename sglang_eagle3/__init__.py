@@ -1,7 +1,11 @@
 """EAGLE-3 speculative decoding wired right for SGLang.
 
 Explicit hidden-state layouts, a capture plugin, a launcher and a doctor. This package
-root stays import-free so that light tools (config readers, the doctor) load quickly.
+root stays import-free (standard library only) so that light tools load quickly.
 """
 
+from sglang_eagle3._checkout import map_checkout_kernels
+
 __version__ = "0.1.0"
+
+map_checkout_kernels()

@@ -28,7 +28,7 @@ def pytest_collection_modifyitems(config, items):
 def tiny_target() -> Path:
     """The tiny DeepSeek-V3 target (8 layers, MLA + MoE, yarn rope), untrained: built in
     seconds and cached. Wiring, capture and losslessness do not need trained weights."""
-    from sglang_eagle3.tiny.cache import tiny_target_dir
+    from sglang_eagle3.testing.tiny.cache import tiny_target_dir
 
     return tiny_target_dir(train_steps=0)
 
@@ -36,14 +36,14 @@ def tiny_target() -> Path:
 @pytest.fixture(scope="session")
 def trained_tiny_target() -> Path:
     """The same target trained briefly on stdlib sources (minutes on first use, cached)."""
-    from sglang_eagle3.tiny.cache import tiny_target_dir
+    from sglang_eagle3.testing.tiny.cache import tiny_target_dir
 
     return tiny_target_dir()
 
 
 def _servers(log_dir: Path):
     """Start real SGLang servers; every one is stopped by pid at teardown, pass or fail."""
-    from sglang_eagle3.server_process import sglang_server
+    from sglang_eagle3.launch.server_process import sglang_server
 
     started = []
 

@@ -13,7 +13,7 @@ def capture_vs_hf(srv, target: Path, hf_indices: tuple[int, ...]) -> tuple[float
     """
     import torch
 
-    from sglang_eagle3.tiny.checkpoint import load_hf_target
+    from sglang_eagle3.checkpoint.hf_target import load_hf_target
 
     prompt = [0, 17, 300, 45, 99, 512, 7, 64]
     params = {"max_new_tokens": 4, "temperature": 0}

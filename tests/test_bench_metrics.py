@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from sglang_eagle3.bench_metrics import StreamTiming, latency_stats, percentile, ratio, spec_stats
+from sglang_eagle3.bench.metrics import StreamTiming, latency_stats, percentile, ratio, spec_stats
 
 # Recorded from a real CPU run (random-weight draft, topk 1, 3 steps): nothing accepted.
 RANDOM_DRAFT = {"completion_tokens": 16, "spec_accept_rate": 0.0, "spec_accept_length": 16 / 15,

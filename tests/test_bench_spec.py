@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle3 import bench
-from sglang_eagle3.bench_client import run_batch, stream_generate
-from sglang_eagle3.bench_prompts import BUILT_IN, PromptFileError, read_prompts
-from sglang_eagle3.bench_report import markdown_table, write_plots
-from sglang_eagle3.bench_servers import ServerSpecError, parse_launch, parse_server
+from sglang_eagle3.bench import cli as bench
+from sglang_eagle3.bench.client import run_batch, stream_generate
+from sglang_eagle3.bench.prompts import BUILT_IN, PromptFileError, read_prompts
+from sglang_eagle3.bench.report import markdown_table, write_plots
+from sglang_eagle3.bench.servers import ServerSpecError, parse_launch, parse_server
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -323,7 +323,7 @@ SPEC_FLAGS = ("--speculative-algorithm EAGLE3 --speculative-num-steps 3 --specul
 @pytest.mark.sglang
 @pytest.mark.slow
 def test_launch_mode_plain_and_eagle3_end_to_end(tmp_path):
-    from sglang_eagle3.tiny.drafter import tiny_drafter
+    from sglang_eagle3.testing.tiny.drafter import tiny_drafter
 
     d = tiny_drafter()
     cpu = f"--model-path {d.target_dir} --cpu --dtype float32"

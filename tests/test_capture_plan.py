@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_eagle3.capture_plan import plan_from_layout, resolve_plan
 from sglang_eagle3.errors import WiringError
-from sglang_eagle3.layout import HiddenStateLayout
-from sglang_eagle3.taps import parse_taps
+from sglang_eagle3.layout.capture_plan import plan_from_layout, resolve_plan
+from sglang_eagle3.layout.hidden_state_layout import HiddenStateLayout
+from sglang_eagle3.layout.taps import parse_taps
 
 try:
     from conftest_helpers_layout import build_speculators_draft, flat_config, make_flat_draft

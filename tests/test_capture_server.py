@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psutil
 import pytest
 
-from sglang_eagle3.tiny.random_draft import write_random_flat_draft
+from sglang_eagle3.testing.tiny.random_draft import write_random_flat_draft
 
 try:
     from sglang_checks import capture_vs_hf

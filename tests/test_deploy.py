@@ -33,8 +33,8 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PKG_VERSION = PYPROJECT["project"]["version"]
 GROUP = "sglang.srt.plugins"
 EXPECTED_EPS = {
-    "sglang_eagle3": "sglang_eagle3.plugin:register",
-    "sglang_eagle3_cpu_harness": "sglang_eagle3.cpu_harness.activate:activate",
+    "sglang_eagle3": "sglang_eagle3.hooks.plugin:register",
+    "sglang_eagle3_cpu_harness": "sglang_eagle3.testing.cpu_harness.activate:activate",
 }
 # lmsysorg/sglang:v<version>[-cu130][-runtime]: SGLang's release tag scheme
 BASE_TAG = re.compile(r"lmsysorg/sglang:v(?P<version>\d+\.\d+\.\d+(?:\.post\d+)?)(?:-[a-z0-9]+)*")
@@ -276,7 +276,7 @@ def test_dockerfile_structure():
 
 def test_dockerignore_keeps_what_the_wheel_needs():
     ignored = _docker_ignored(_dockerignore_patterns())
-    for needed in ("pyproject.toml", "README.md", "sglang_eagle3/plugin.py", "kernels"):
+    for needed in ("pyproject.toml", "README.md", "sglang_eagle3/hooks/plugin.py", "kernels"):
         assert not ignored(needed), f".dockerignore drops {needed}, which the build needs"
     assert not ignored("docker/entrypoint.sh")
     for dropped in (".venv/bin/python", "build/lib/x.py", "sglang_eagle3/__pycache__/a.pyc"):
@@ -328,8 +328,8 @@ def test_compose_example():
 
     cmd = [str(x) for x in svc["command"]]
     assert cmd[:3] == LAUNCHER, f"the launcher, not plain SGLang: {shlex.join(cmd)}"
-    from sglang_eagle3.launch import build_parser
-    from sglang_eagle3.taps import parse_taps
+    from sglang_eagle3.launch.cli import build_parser
+    from sglang_eagle3.layout.taps import parse_taps
 
     own, rest = build_parser().parse_known_args(cmd[3:])
     assert own.hidden_state_layout == "embed,layer:2,layer:30"
@@ -352,7 +352,7 @@ def test_compose_example():
     assert f":{sg.port}/health_generate" in health
 
     # The flags are a set SGLang 0.5.23 keeps as given (it rewrites draft tokens otherwise).
-    from sglang_eagle3.spec_flags import SpecFlags, resolve_spec_flags
+    from sglang_eagle3.launch.spec_flags import SpecFlags, resolve_spec_flags
 
     given = SpecFlags(3, 1, 4)
     res = resolve_spec_flags(given, architecture="KimiK25ForConditionalGeneration")
@@ -409,10 +409,10 @@ def wheel_install(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def _source_modules() -> set[str]:
-    # Follows the sglang_eagle3/kernels -> ../kernels symlink, as setuptools does.
+    # The package's own files, plus the top-level kernels/ installed as sglang_eagle3/kernels/.
     pkg = ROOT / "sglang_eagle3"
-    found = set()
-    for dirpath, dirnames, filenames in os.walk(pkg, followlinks=True):
+    found = {f"sglang_eagle3/kernels/{p.name}" for p in (ROOT / "kernels").glob("*.py")}
+    for dirpath, dirnames, filenames in os.walk(pkg):
         dirnames[:] = [d for d in dirnames if d != "__pycache__"]
         rel = Path(dirpath).relative_to(ROOT)
         found |= {(rel / f).as_posix() for f in filenames if f.endswith(".py")}
@@ -433,11 +433,11 @@ def test_wheel_contents(wheel_install):
         f"SGLang imports): {strays}"
     )
 
-    # Exactly the source tree's modules: none lost (namespace dirs, the kernels symlink), and
+    # Exactly the source tree's modules: none lost (namespace dirs, package-dir kernels), and
     # none stale (an old build/lib).
     modules = {n for n in names if n.endswith(".py")}
     assert modules == _source_modules()
-    shim = "sglang_eagle3/cpu_harness/shim/sgl_kernel/"
+    shim = "sglang_eagle3/testing/cpu_harness/shim/sgl_kernel/"
     assert {f"{shim}{m}.py" for m in ("__init__", "attention", "cache_ops", "spec_ops")} <= modules
     kernels = {Path(p).name for p in (ROOT / "kernels").glob("*.py")}
     assert {n.removeprefix("sglang_eagle3/kernels/") for n in modules if "/kernels/" in n} == (
@@ -458,8 +458,8 @@ for ep in md.entry_points(group="sglang.srt.plugins"):
     }
 scripts = {ep.name: ep.value for ep in md.entry_points(group="console_scripts")}
 out["script"] = scripts.get("sglang-eagle3-launch")
-import sglang_eagle3.launch
-out["launch_file"] = sglang_eagle3.launch.__file__
+import sglang_eagle3.launch.cli
+out["launch_file"] = sglang_eagle3.launch.cli.__file__
 print(json.dumps(out))
 """
 
@@ -474,7 +474,7 @@ def test_installed_wheel_registers_entry_points(wheel_install, tmp_path):
         assert Path(ep["dist"]) == target, f"{name} read from {ep['dist']}, not the wheel"
         assert Path(ep["file"]).is_relative_to(target), ep["file"]
         assert ep["callable"]
-    assert out["script"] == "sglang_eagle3.launch:main"
+    assert out["script"] == "sglang_eagle3.launch.cli:main"
     assert Path(out["launch_file"]).is_relative_to(target)
 
 
@@ -486,11 +486,11 @@ from sglang.srt.plugins import load_plugins_by_group
 
 def load():
     plugins = load_plugins_by_group("sglang.srt.plugins")
-    mod = sys.modules.get("sglang_eagle3.plugin")
+    mod = sys.modules.get("sglang_eagle3.hooks.plugin")
     return {
         "loaded": {n: [f"{f.__module__}:{f.__qualname__}", d] for n, (f, d) in plugins.items()},
         "plugin_module": getattr(mod, "__file__", None),
-        "register_ran": "sglang_eagle3.capture_hooks" in sys.modules,
+        "register_ran": "sglang_eagle3.hooks.capture" in sys.modules,
     }
 
 results = {os.environ["SGLANG_PLUGINS"]: load()}  # as started: nothing of ours imported yet
@@ -522,7 +522,7 @@ def test_sglang_plugins_selects_or_excludes_the_plugin(wheel_install, tmp_path):
         assert not got["register_ran"]
         if "sglang_eagle3" in want:
             func, dist = got["loaded"]["sglang_eagle3"]
-            assert (func, dist) == ("sglang_eagle3.plugin:register", "sglang-eagle3")
+            assert (func, dist) == ("sglang_eagle3.hooks.plugin:register", "sglang-eagle3")
             assert Path(got["plugin_module"]).is_relative_to(target)
         else:
             assert got["plugin_module"] is None, "an excluded plugin must not even be imported"

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from sglang_eagle3.doctor import DoctorOptions, main, run_doctor
-from sglang_eagle3.taps import Tap
-from sglang_eagle3.train_data import TrainData, TrainDataWriter
+from sglang_eagle3.data.train_data import TrainData, TrainDataWriter
+from sglang_eagle3.doctor.cli import DoctorOptions, main, run_doctor
+from sglang_eagle3.layout.taps import Tap
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="session")
 def drafter():
     pytest.importorskip("speculators.models.eagle3")
-    from sglang_eagle3.tiny.drafter import tiny_drafter
+    from sglang_eagle3.testing.tiny.drafter import tiny_drafter
 
     return tiny_drafter()
 
@@ -247,9 +247,9 @@ def test_unknown_stored_taps_fall_back_to_speculators_convention(random_draft, t
 def test_tiny_drafter_checkpoint_and_its_flat_copy(drafter, tmp_path):
     from safetensors import safe_open
 
-    from sglang_eagle3.draft_forward import load_draft
-    from sglang_eagle3.draft_readers import read_draft
-    from sglang_eagle3.flat_draft import write_flat_draft
+    from sglang_eagle3.checkpoint.draft_readers import read_draft
+    from sglang_eagle3.checkpoint.flat_draft import write_flat_draft
+    from sglang_eagle3.doctor.draft_forward import load_draft
 
     cfg = json.loads((drafter.draft_dir / "config.json").read_text())
     assert cfg["speculators_model_type"] == "eagle3" and cfg["norm_before_residual"] is True
@@ -273,7 +273,7 @@ def test_tiny_drafter_checkpoint_and_its_flat_copy(drafter, tmp_path):
 
 
 def test_serving_walk_jumps_past_accepted_drafts_and_the_bonus_token():
-    from sglang_eagle3.doctor_eval import serving_walk
+    from sglang_eagle3.doctor.evaluate import serving_walk
 
     # rows:      0  1  2  3  4  5  6  7
     depth = [2, 0, 0, 3, 1, 0, 1, 0]
@@ -288,8 +288,8 @@ def test_serving_walk_jumps_past_accepted_drafts_and_the_bonus_token():
 def test_ambiguous_ids_are_scored_without_a_settings_table(random_draft, tmp_path, capsys):
     """ids that read validly in two conventions: the doctor scores both readings (its notes
     say why) instead of failing on the settings table, which needs a resolved draft."""
-    from sglang_eagle3.draft_readers import read_draft
-    from sglang_eagle3.flat_draft import write_flat_draft
+    from sglang_eagle3.checkpoint.draft_readers import read_draft
+    from sglang_eagle3.checkpoint.flat_draft import write_flat_draft
 
     spec = read_draft(random_draft, num_layers=8, target_hidden_size=64)
     flat = write_flat_draft(spec, random_draft, tmp_path / "flat")

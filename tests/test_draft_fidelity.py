@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle3.cpu_env import harness_env
-from sglang_eagle3.flat_draft import flat_copy_for_target
+from sglang_eagle3.checkpoint.flat_draft import flat_copy_for_target
+from sglang_eagle3.launch.cpu_env import harness_env
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 SCRIPT = Path(__file__).parent / "scripts" / "drafter_vs_speculators.py"
@@ -25,7 +25,7 @@ PLUGIN_OFF = {"SGLANG_PLUGINS": "sglang_eagle3_cpu_harness"}  # the CPU harness 
 
 @pytest.fixture(scope="module")
 def drafter():
-    from sglang_eagle3.tiny.drafter import tiny_drafter
+    from sglang_eagle3.testing.tiny.drafter import tiny_drafter
 
     return tiny_drafter()
 
@@ -63,7 +63,7 @@ def test_norm_before_residual_drafter_matches_speculators(drafter, tmp_path):
 def test_two_layer_drafter_with_trained_embedding_matches_speculators(drafter, tmp_path):
     """speculators' later layers are stock Llama layers (input_layernorm) and
     embed_requires_grad trains the draft's own embedding: stock SGLang drops both."""
-    from sglang_eagle3.tiny.random_speculators import write_random_speculators_draft
+    from sglang_eagle3.testing.tiny.random_speculators import write_random_speculators_draft
 
     src = write_random_speculators_draft(tmp_path / "src", drafter.target_dir, num_layers=2)
     flat = flat_copy_for_target(src, drafter.target_dir, tmp_path / "flat")

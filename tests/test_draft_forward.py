@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from sglang_eagle3.draft_forward import load_draft
+from sglang_eagle3.doctor.draft_forward import load_draft
 from sglang_eagle3.errors import WiringError
 
 pytest.importorskip("speculators.models.eagle3")

@@ -8,12 +8,15 @@ import json
 
 import pytest
 
-from sglang_eagle3.conventions import Convention, stock_sglang_deepseek_capture
-from sglang_eagle3.draft_readers import read_draft
+from sglang_eagle3.checkpoint.draft_readers import read_draft
+from sglang_eagle3.checkpoint.safetensors_header import (
+    read_checkpoint_tensors,
+    read_safetensors_header,
+)
 from sglang_eagle3.errors import WiringError
-from sglang_eagle3.layout import HiddenStateLayout
-from sglang_eagle3.safetensors_header import read_checkpoint_tensors, read_safetensors_header
-from sglang_eagle3.taps import Tap, format_taps
+from sglang_eagle3.layout.conventions import Convention, stock_sglang_deepseek_capture
+from sglang_eagle3.layout.hidden_state_layout import HiddenStateLayout
+from sglang_eagle3.layout.taps import Tap, format_taps
 
 try:  # pytest puts tests/ (no __init__.py) or the repo root (with one) on sys.path
     from conftest_helpers_layout import (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle3.draft_settings import OK, Setting
+from sglang_eagle3.checkpoint.draft_settings import OK, Setting
 
 pytest.importorskip("speculators")
 
@@ -19,7 +19,7 @@ def launch(args: list[str], env_extra: dict | None = None) -> subprocess.Complet
     import os
 
     code = (
-        "import sys; from sglang_eagle3.launch import main; rc = main(sys.argv[1:]); "
+        "import sys; from sglang_eagle3.launch.cli import main; rc = main(sys.argv[1:]); "
         "print('SGLANG_IMPORTED' if 'sglang' in sys.modules else '', file=sys.stderr); "
         "sys.exit(rc)"
     )
@@ -30,7 +30,7 @@ def launch(args: list[str], env_extra: dict | None = None) -> subprocess.Complet
 
 @pytest.fixture(scope="module")
 def two_layer_draft(tiny_target, tmp_path_factory) -> Path:
-    from sglang_eagle3.tiny.random_speculators import write_random_speculators_draft
+    from sglang_eagle3.testing.tiny.random_speculators import write_random_speculators_draft
 
     out = tmp_path_factory.mktemp("settings") / "draft"
     return write_random_speculators_draft(out, tiny_target, num_layers=2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_eagle3.draft_tree import _walk, check_tree
+from sglang_eagle3.doctor.draft_tree import _walk, check_tree
 from sglang_eagle3.errors import WiringError
 
 
@@ -40,11 +40,11 @@ def test_impossible_tree_shapes_are_refused(steps, topk, tokens):
 
 
 def _score(tree, max_samples=4):
-    from sglang_eagle3.doctor_eval import Candidate, Result, score_sample, truth_tokens
-    from sglang_eagle3.doctor_target import VerifierHead
-    from sglang_eagle3.draft_forward import load_draft
-    from sglang_eagle3.tiny.drafter import tiny_drafter
-    from sglang_eagle3.train_data import TrainData
+    from sglang_eagle3.data.train_data import TrainData
+    from sglang_eagle3.doctor.draft_forward import load_draft
+    from sglang_eagle3.doctor.evaluate import Candidate, Result, score_sample, truth_tokens
+    from sglang_eagle3.doctor.target import VerifierHead
+    from sglang_eagle3.testing.tiny.drafter import tiny_drafter
 
     d = tiny_drafter()
     draft = load_draft(d.draft_dir, target_dir=d.target_dir)
@@ -55,7 +55,7 @@ def _score(tree, max_samples=4):
             break
         truth = truth_tokens(sample, head)
         if tree == "forced-chain":  # the tree code with topk 1
-            from sglang_eagle3.doctor_eval import _score_tree_sample
+            from sglang_eagle3.doctor.evaluate import _score_tree_sample
 
             result.correct, result.total = result.correct or [0] * 3, result.total or [0] * 3
             _score_tree_sample(draft, sample, (0, 3, 6), truth, 3, result, (1, 4))

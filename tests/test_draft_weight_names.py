@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_eagle3.draft_weight_names import (
+from sglang_eagle3.checkpoint.draft_weight_names import (
     later_input_norm_layer,
     load_gaps,
     sglang_param_name,

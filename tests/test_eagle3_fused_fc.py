@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from sglang_eagle3 import eagle3_fused_fc_dispatch as dispatch
-from sglang_eagle3.eagle3_fused_fc import NORMS, eagle3_fused_fc, eagle3_fused_fc_reference
+from sglang_eagle3.ops import eagle3_fused_fc_dispatch as dispatch
+from sglang_eagle3.ops.eagle3_fused_fc import NORMS, eagle3_fused_fc, eagle3_fused_fc_reference
 
 SCRIPT = Path(__file__).parent / "scripts" / "eagle3_fused_fc_interp.py"
 TOL = {"bf16": (2e-2, 4e-2), "fp16": (2e-2, 4e-2), "fp32": (1e-5, 1e-5)}  # (no norm, with norm)
@@ -173,7 +173,7 @@ def test_configs_split_only_when_output_tiles_are_few(monkeypatch):
 def test_bench_runs_without_cuda():
     if torch.cuda.is_available():
         pytest.skip("has CUDA: the benchmark would really run")
-    bench = Path(__file__).parents[1] / "benchmarks" / "bench_fused_fc.py"
+    bench = Path(__file__).parents[1] / "benchmarks" / "bench_eagle3_fused_fc.py"
     proc = subprocess.run([sys.executable, str(bench)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "no CUDA device: nothing to time" in proc.stdout

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sglang_eagle3.eagle3_fused_fc_dispatch import pick_config
+from sglang_eagle3.ops.eagle3_fused_fc_dispatch import pick_config
 
 triton = pytest.importorskip("triton")
 pytestmark = pytest.mark.skipif(
@@ -78,7 +78,7 @@ CASES = [  # (tokens, norm, bias, dtype): decode one pass, decode split, mid, pr
 @pytest.mark.parametrize("cc", [90, 100, 120])
 @pytest.mark.parametrize("tokens,norm,bias,dtype", CASES)
 def test_main_kernel_compiles(cc, tokens, norm, bias, dtype):
-    from sglang_eagle3.kernels.eagle3_fused_fc import NORM_CODES, _eagle3_fused_fc_kernel
+    from sglang_eagle3.kernels.eagle3_fused_fc_kernel import NORM_CODES, _eagle3_fused_fc_kernel
 
     cfg = pick_config(tokens, N, H, 3, getattr(torch, {"bf16": "bfloat16"}[dtype]), (cc // 10, 0))
     constexprs = dict(
@@ -102,7 +102,7 @@ def test_main_kernel_compiles(cc, tokens, norm, bias, dtype):
 
 
 def test_packed_pointer_taps_and_fp32_compile_for_sm90():
-    from sglang_eagle3.kernels.eagle3_fused_fc import _eagle3_fused_fc_kernel
+    from sglang_eagle3.kernels.eagle3_fused_fc_kernel import _eagle3_fused_fc_kernel
 
     for dtype, precision in (("bf16", "tf32"), ("fp32", "tf32x3")):
         constexprs = dict(
@@ -117,7 +117,7 @@ def test_packed_pointer_taps_and_fp32_compile_for_sm90():
 
 @pytest.mark.parametrize("cc", [90, 120])
 def test_reduce_and_stats_kernels_compile(cc):
-    from sglang_eagle3.kernels.eagle3_fused_fc_aux import (
+    from sglang_eagle3.kernels.eagle3_fused_fc_aux_kernels import (
         _eagle3_fused_fc_reduce_kernel,
         _eagle3_fused_fc_stats_kernel,
     )

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from sglang_eagle3.fc_permute import permute_fc_blocks
+from sglang_eagle3.hooks.fc_permute import permute_fc_blocks
 
 
 class RMSNorm(torch.nn.Module):

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle3.conventions import Convention
-from sglang_eagle3.draft_readers import read_draft
+from sglang_eagle3.checkpoint.draft_readers import read_draft
+from sglang_eagle3.checkpoint.flat_draft import MARKER, write_flat_draft
+from sglang_eagle3.checkpoint.safetensors_header import read_checkpoint_tensors
 from sglang_eagle3.errors import WiringError
-from sglang_eagle3.flat_draft import MARKER, write_flat_draft
-from sglang_eagle3.safetensors_header import read_checkpoint_tensors
+from sglang_eagle3.layout.conventions import Convention
 
 try:  # pytest puts tests/ (no __init__.py) or the repo root (with one) on sys.path
     from conftest_helpers_layout import (

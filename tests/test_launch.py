@@ -43,7 +43,7 @@ def kimi_k25_target(directory: Path) -> Path:
 
 def run_launch(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     code = (
-        "import sys; from sglang_eagle3.launch import main; rc = main(sys.argv[1:]); "
+        "import sys; from sglang_eagle3.launch.cli import main; rc = main(sys.argv[1:]); "
         "print('SGLANG_IMPORTED' if 'sglang' in sys.modules else '', file=sys.stderr); "
         "sys.exit(rc)"
     )
@@ -167,7 +167,7 @@ def test_help_shows_ours_then_points_to_sglang(tmp_path):
 @pytest.mark.slow
 def test_real_cpu_server_through_the_launcher_stops_cleanly_on_sigterm(server_factory, tiny_target,
                                                                      tmp_path):  # fmt: skip
-    from sglang_eagle3.tiny.random_draft import write_random_flat_draft
+    from sglang_eagle3.testing.tiny.random_draft import write_random_flat_draft
 
     seed_ids = {"eagle_aux_hidden_state_layer_ids": [-1, 2, 5]}
     draft = write_random_flat_draft(tmp_path / "seed", tiny_target, eagle_config=seed_ids)

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglang_eagle3.cpu_env import harness_env
+from sglang_eagle3.launch.cpu_env import harness_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,13 +25,13 @@ def test_repo_root_kernels_folder_is_not_a_package():
 
 def test_import_kernels_resolves_to_site_packages_from_the_repo_root():
     out = run_from_root(
-        "import sys, kernels, sglang_eagle3.kernels.eagle3_fused_fc as k; "
+        "import sys, kernels, sglang_eagle3.kernels.eagle3_fused_fc_kernel as k; "
         "print(sys.path[0] in ('', '.') or sys.path[0]); print(kernels.__file__); print(k.__file__)"
     )
     assert out.returncode == 0, out.stderr
     _, pypi_kernels, ours = out.stdout.split()
     assert "site-packages" in pypi_kernels and not pypi_kernels.startswith(str(ROOT / "kernels"))
-    assert Path(ours).resolve() == (ROOT / "kernels" / "eagle3_fused_fc.py").resolve()
+    assert Path(ours).resolve() == (ROOT / "kernels" / "eagle3_fused_fc_kernel.py").resolve()
 
 
 def test_sglang_imports_from_the_repo_root():
@@ -42,3 +42,16 @@ def test_sglang_imports_from_the_repo_root():
     out = run_from_root(code, env=harness_env())
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().endswith("ok")
+
+
+def test_declared_packages_are_the_package_folders():
+    """pyproject lists packages by hand (for the kernels package-dir): none may be missing."""
+    import tomllib
+
+    declared = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {"sglang_eagle3.kernels"}
+    for init in (ROOT / "sglang_eagle3").rglob("__init__.py"):
+        found.add(".".join(init.parent.relative_to(ROOT).parts))
+    assert declared == found

@@ -71,10 +71,10 @@ def test_patched_fork_serves_the_speculators_drafter_without_the_plugin(
     import os
     import sys
 
-    from sglang_eagle3.cpu_env import harness_env
-    from sglang_eagle3.flat_draft import flat_copy_for_target
-    from sglang_eagle3.tiny.drafter import tiny_drafter
-    from sglang_eagle3.tiny.random_speculators import write_random_speculators_draft
+    from sglang_eagle3.checkpoint.flat_draft import flat_copy_for_target
+    from sglang_eagle3.launch.cpu_env import harness_env
+    from sglang_eagle3.testing.tiny.drafter import tiny_drafter
+    from sglang_eagle3.testing.tiny.random_speculators import write_random_speculators_draft
 
     d = tiny_drafter()
     src = d.draft_dir

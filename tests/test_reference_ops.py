@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from sglang_eagle3.cpu_harness import SHIM_DIR  # noqa: E402
+from sglang_eagle3.testing.cpu_harness import SHIM_DIR  # noqa: E402
 
 STUB_MESSAGE = "is not implemented by the sglang-eagle3 CPU reference harness"
 

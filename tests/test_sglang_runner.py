@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle3.cpu_env import harness_env
+from sglang_eagle3.launch.cpu_env import harness_env
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 SCRIPT = Path(__file__).parent / "scripts" / "runner_vs_hf.py"

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sglang_eagle3.errors import WiringError
-from sglang_eagle3.spec_flags import (
+from sglang_eagle3.launch.spec_flags import (
     DRAFT,
     STEPS,
     TOPK,

@@ -11,16 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_eagle3.conventions import (
+from sglang_eagle3.errors import WiringError
+from sglang_eagle3.layout.conventions import (
     Convention,
     id_range,
     ids_from_taps,
     stock_sglang_deepseek_capture,
     taps_from_ids,
 )
-from sglang_eagle3.errors import WiringError
-from sglang_eagle3.layout import HiddenStateLayout
-from sglang_eagle3.taps import Tap, format_taps, parse_taps
+from sglang_eagle3.layout.hidden_state_layout import HiddenStateLayout
+from sglang_eagle3.layout.taps import Tap, format_taps, parse_taps
 
 OUT, IN, DS = (
     Convention.OUTPUT_OF_LAYER,
@@ -33,7 +33,8 @@ def test_layout_modules_stay_pure_python():
     """The layout contract must load without torch, sglang or safetensors."""
     code = (
         "import sys\n"
-        "import sglang_eagle3.draft_readers, sglang_eagle3.flat_draft, sglang_eagle3.layout\n"
+        "import sglang_eagle3.checkpoint.draft_readers, sglang_eagle3.checkpoint.flat_draft\n"
+        "import sglang_eagle3.layout.hidden_state_layout\n"
         "heavy = {'torch', 'sglang', 'safetensors', 'numpy', 'transformers'} & set(sys.modules)\n"
         "assert not heavy, heavy\n"
     )

@@ -12,9 +12,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
-from sglang_eagle3.tiny import cache, checkpoint, target  # noqa: E402
-from sglang_eagle3.tiny import tokenizer as tok_mod  # noqa: E402
-from sglang_eagle3.tiny.config import TargetRecipe  # noqa: E402
+from sglang_eagle3.checkpoint import hf_target  # noqa: E402
+from sglang_eagle3.testing.tiny import cache, checkpoint, target  # noqa: E402
+from sglang_eagle3.testing.tiny import tokenizer as tok_mod  # noqa: E402
+from sglang_eagle3.testing.tiny.config import TargetRecipe  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +75,7 @@ def test_checkpoint_uses_sglang_per_expert_names(built):
 
 def test_reload_gives_identical_logits(built):
     model, _, _ = target.make_tiny_target(TargetRecipe.make(train_steps=0))
-    reloaded = checkpoint.load_hf_target(built)
+    reloaded = hf_target.load_hf_target(built)
     ids = torch.randint(3, 1024, (2, 48), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         want = model(input_ids=ids).logits
@@ -87,7 +88,7 @@ def test_reload_gives_identical_logits(built):
 def test_per_expert_conversion_round_trips():
     model = target.init_model(TargetRecipe.make(train_steps=0))
     state = model.state_dict()
-    back = checkpoint.to_fused(checkpoint.to_per_expert(state))
+    back = hf_target.to_fused(checkpoint.to_per_expert(state))
     assert set(back) == set(state)
     assert all(torch.equal(back[k], state[k]) for k in state)
 

@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
+from sglang_eagle3.data.tap_fingerprint import check_against_taps, fingerprint_taps
+from sglang_eagle3.data.train_data import TrainData, TrainDataWriter
 from sglang_eagle3.errors import WiringError
-from sglang_eagle3.tap_fingerprint import check_against_taps, fingerprint_taps
-from sglang_eagle3.taps import Tap, parse_taps
-from sglang_eagle3.train_data import TrainData, TrainDataWriter
+from sglang_eagle3.layout.taps import Tap, parse_taps
 
 TAPS = ["embed", "layer:2", "layer:5", "layer:7"]
 

@@ -27,7 +27,7 @@ import sglang.benchmark.one_batch as ob  # noqa: E402
 from one_batch_runner import load_runner  # noqa: E402
 from sglang.srt.server_args import ServerArgs  # noqa: E402
 
-from sglang_eagle3.train_data import TrainData  # noqa: E402
+from sglang_eagle3.data.train_data import TrainData  # noqa: E402
 
 FLAT, SPEC, DATA, TARGET, OUT = sys.argv[1:6]
 LENGTHS = (24, 9, 40)  # one request per sample, different lengths in one batch

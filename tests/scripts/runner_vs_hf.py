@@ -17,7 +17,7 @@ import sglang.benchmark.one_batch as ob  # noqa: E402
 from one_batch_runner import load_runner  # noqa: E402
 from sglang.srt.server_args import ServerArgs  # noqa: E402
 
-from sglang_eagle3.tiny.checkpoint import load_hf_target  # noqa: E402
+from sglang_eagle3.checkpoint.hf_target import load_hf_target  # noqa: E402
 
 DECODE_STEPS = 6
 TARGET, OUT = sys.argv[1], sys.argv[2]

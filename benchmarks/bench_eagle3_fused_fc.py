@@ -1,0 +1,200 @@
+"""eagle3_fused_fc against the unfused path (RMSNorm(s), cat, cuBLAS linear), bf16, K = 3.
+
+    python benchmarks/bench_eagle3_fused_fc.py [--json PATH] [--budget-s 420]
+
+For T in {1, 4, 16, 64, 256, 1024, 8192}, H in {4096, 7168} (N = H) and every norm variant:
+checks the fused output against an fp32 reference, times both paths as CUDA-graph replays
+(``triton.testing.do_bench_cudagraph``: GPU time without Python launch overhead, as SGLang's
+drafter runs under CUDA graphs at decode), and gives the roofline floor max(bytes / measured
+copy bandwidth, FLOPs / measured bf16 matmul rate). At decode sizes it also times alternative
+tilings. Prints one Markdown table, writes JSON, and prints the ``MEASURED_WINS`` entries for
+``sglang_eagle3/eagle3_fused_fc_dispatch.py`` (shapes where the default tiling beat the
+unfused path by >= 3 %). The unfused norm is sgl_kernel.rmsnorm when installed (what SGLang
+runs on CUDA), else eager PyTorch. Without CUDA it prints that and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a bare checkout
+
+TOKENS = (1, 4, 16, 64, 256, 1024, 8192)
+HIDDENS = (4096, 7168)
+NORMS = ("none", "before_fc", "per_tap", "both")
+K, EPS, TOL = 3, 1e-6, {False: 2e-2, True: 4e-2}
+
+
+def _unfused_norm():
+    try:
+        from sgl_kernel import rmsnorm
+
+        def norm(x, w):
+            return rmsnorm(x if x.is_contiguous() else x.contiguous(), w, EPS)
+
+        return norm, "sgl_kernel.rmsnorm"
+    except ImportError:
+        from sglang_eagle3.ops.eagle3_fused_fc import _rms_norm
+
+        return (lambda x, w: _rms_norm(x, w, EPS)), "eager PyTorch RMSNorm"
+
+
+def unfused(x, w, win, wtap, norm, rms):
+    """SGLang's llama_eagle3 fc block: input_norm, per-chunk fc_norm + cat, linear."""
+    h = rms(x, win) if norm in ("before_fc", "both") else x
+    if norm in ("per_tap", "both"):
+        h = torch.cat([rms(c, wtap[i]) for i, c in enumerate(h.chunk(K, -1))], -1)
+    return torch.nn.functional.linear(h, w)
+
+
+def measure_rates(bench) -> tuple[float, float]:
+    """(copy bandwidth in bytes/s, bf16 matmul rate in FLOP/s) on this device."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    bw = 2 * src.numel() / (bench(lambda: dst.copy_(src)) * 1e-3)
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    rate = 2 * 8192**3 / (bench(lambda: a @ b) * 1e-3)
+    return bw, rate
+
+
+def candidate_configs(tokens, hidden, dispatch):
+    """What eagle3_fused_fc picks on this device, and at decode some alternatives."""
+    cap = torch.cuda.get_device_capability()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    base = dispatch.pick_config(tokens, hidden, hidden, K, torch.bfloat16, cap, sms)
+    cfgs = {"default": base}
+    if tokens <= 64:  # decode: finer N tiles vs a split over taps
+        C = dispatch.FusedFcConfig
+        cfgs["one-pass bn32"] = C(base.block_m, 32, base.block_k, 0, 8, 4, base.num_stages)
+        cfgs["one-pass bn64"] = C(base.block_m, 64, base.block_k, 0, 8, 4, base.num_stages)
+        cfgs["split-taps bn64"] = C(base.block_m, 64, base.block_k, 1, 8, 4, base.num_stages)
+        cfgs["split-2x bn128"] = C(base.block_m, 128, base.block_k, 2, 8, 4, base.num_stages)
+    unique = {}
+    for name, cfg in cfgs.items():
+        unique.setdefault(cfg, name)
+    return {name: cfg for cfg, name in unique.items()}
+
+
+def run(budget_s: float) -> dict:
+    import triton.testing
+
+    from sglang_eagle3.ops import eagle3_fused_fc_dispatch as dispatch
+    from sglang_eagle3.ops.eagle3_fused_fc import eagle3_fused_fc, eagle3_fused_fc_reference
+
+    start = time.monotonic()
+
+    def bench(fn):
+        return triton.testing.do_bench_cudagraph(fn, rep=10)  # ms
+
+    rms, norm_impl = _unfused_norm()
+    bw, rate = measure_rates(bench)
+    rows, skipped = [], []
+    for hidden in HIDDENS:
+        g = torch.Generator(device="cuda").manual_seed(hidden)
+        w = torch.randn(hidden, K * hidden, device="cuda", generator=g) / (K * hidden) ** 0.5
+        w = w.to(torch.bfloat16)
+        w32 = w.float()
+        win = (torch.rand(K * hidden, device="cuda", generator=g) + 0.5).to(torch.bfloat16)
+        wtap = (torch.rand(K, hidden, device="cuda", generator=g) + 0.5).to(torch.bfloat16)
+        for tokens in TOKENS:
+            x = torch.randn(tokens, K * hidden, device="cuda", generator=g).to(torch.bfloat16)
+            nbytes = (w.numel() + x.numel() + tokens * hidden) * 2
+            floor_us = max(nbytes / bw, 2 * tokens * hidden * K * hidden / rate) * 1e6
+            for norm in NORMS:
+                late = time.monotonic() - start > budget_s
+                if time.monotonic() - start > budget_s + 45:  # keep within one device call
+                    skipped.append((hidden, tokens, norm))
+                    continue
+                kw = dict(norm=norm, norm_weight=win, norm_weights=wtap, eps=EPS, num_taps=K)
+                ref = eagle3_fused_fc_reference(
+                    x.float(), w32, norm=norm, norm_weight=win.float(),
+                    norm_weights=wtap.float(), eps=EPS, num_taps=K,
+                )  # fmt: skip
+                tol = TOL[norm != "none"]
+                row = dict(H=hidden, T=tokens, norm=norm, floor_us=floor_us, configs={})
+                args = (x, w, win, wtap, norm, rms)
+                row["unfused_us"] = 1e3 * bench(lambda args=args: unfused(*args))
+                cfgs = candidate_configs(tokens, hidden, dispatch)
+                for name, cfg in cfgs.items():
+                    if late and name != "default":
+                        continue
+                    out = torch.empty(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+
+                    def fused(cfg=cfg, out=out, x=x, w=w, kw=kw):
+                        return eagle3_fused_fc(x, w, out=out, backend="triton", config=cfg, **kw)
+
+                    got = fused().float()
+                    err = ((got - ref).abs() / (tol + tol * ref.abs())).max().item()
+                    timing = dict(cfg=dataclasses.asdict(cfg), us=1e3 * bench(fused), err=err)
+                    row["configs"][name] = timing
+                rows.append(row)
+                del ref
+    return dict(
+        device=torch.cuda.get_device_name(),
+        capability=list(torch.cuda.get_device_capability()),
+        bandwidth_GBps=bw / 1e9,
+        matmul_TFLOPs=rate / 1e12,
+        unfused_norm=norm_impl,
+        rows=rows,
+        skipped_for_time=skipped,
+        wall_s=time.monotonic() - start,
+    )
+
+
+def report(res: dict) -> str:
+    lines = [
+        f"{res['device']} (sm_{''.join(map(str, res['capability']))}): copy "
+        f"{res['bandwidth_GBps']:.0f} GB/s, bf16 matmul {res['matmul_TFLOPs']:.0f} TFLOP/s; "
+        f"unfused norm: {res['unfused_norm']}; times are CUDA-graph replays (us)",
+        "",
+        "| H | T | norm | floor | unfused | fused (default) | speedup | best fused (config) "
+        "| err/tol |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    wins = []
+    for r in res["rows"]:
+        d = r["configs"]["default"]
+        best_name = min(r["configs"], key=lambda n: r["configs"][n]["us"])
+        best = r["configs"][best_name]
+        worst_err = max(c["err"] for c in r["configs"].values())
+        lines.append(
+            f"| {r['H']} | {r['T']} | {r['norm']} | {r['floor_us']:.1f} | {r['unfused_us']:.1f} "
+            f"| {d['us']:.1f} | {r['unfused_us'] / d['us']:.2f}x | {best['us']:.1f} ({best_name})"
+            f" | {worst_err:.2f} |"
+        )
+        if d["us"] * 1.03 <= r["unfused_us"] and worst_err <= 1.0:
+            wins.append((r["norm"], r["T"], r["H"], K))
+    if res["skipped_for_time"]:
+        lines += ["", f"not run (time budget): {res['skipped_for_time']}"]
+    lines += ["", "MEASURED_WINS entries (default tiling >= 3 % faster, correct):", repr(wins)]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    out_dir = Path(os.environ.get("OUT", "."))
+    parser.add_argument("--json", type=Path, default=out_dir / "bench_eagle3_fused_fc.json")
+    parser.add_argument("--budget-s", type=float, default=420.0, help="then default tiles only")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA device: nothing to time")
+        return 0
+    res = run(args.budget_s)
+    print(report(res))
+    args.json.write_text(json.dumps(res, indent=1))
+    print(f"\nwrote {args.json} ({res['wall_s']:.0f} s)")
+    bad = [r for r in res["rows"] if any(c["err"] > 1.0 for c in r["configs"].values())]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

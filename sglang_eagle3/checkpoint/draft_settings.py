@@ -1,0 +1,180 @@
+"""Each training-time setting of a draft, and whether the server honours it (pure).
+
+One row per setting speculators 0.9 trains with and SGLang 0.5.23 could serve differently
+(see ../shared/reference/sglang-0.5.23-eagle3.md): what stock SGLang does with it, what the
+server does through this project (plugin hooks, the launcher's flat copy and flags). The
+launcher prints the rows and refuses to start when one cannot be honoured; the doctor prints
+them next to its accuracy table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from sglang_eagle3.checkpoint.draft_spec import DraftSpec
+from sglang_eagle3.layout.conventions import stock_sglang_deepseek_capture
+
+OK, REFUSED, NOT_ENFORCED = "honoured", "refused", "not enforced"
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    trained: str  # the value the draft was trained with
+    stock: str  # what stock SGLang 0.5.23 serves
+    served: str  # what the server serves through sglang-eagle3
+    status: str  # OK, REFUSED or NOT_ENFORCED
+
+    def __post_init__(self) -> None:
+        if self.status not in (OK, REFUSED, NOT_ENFORCED):
+            raise ValueError(f"Setting.status must be one of {OK}/{REFUSED}/{NOT_ENFORCED}")
+
+    @property
+    def honoured(self) -> bool:
+        return self.status == OK
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "honoured": self.honoured}
+
+
+def draft_settings(
+    spec: DraftSpec,
+    *,
+    deepseek_target: bool,
+    norm_fix: bool = True,
+    window_flag: int | None = None,
+) -> list[Setting]:
+    """``window_flag``: --speculative-draft-window-size as the server will get it."""
+    s = spec
+    rows = [_layout(s, deepseek_target)]
+    width = "null (= draft hidden size)" if s.null_target_hidden else str(s.target_hidden_size)
+    rows.append(
+        Setting(
+            "target_hidden_size",
+            width,
+            "crashes at load (None x taps)" if s.null_target_hidden else OK,
+            f"{OK} (flat copy states {s.target_hidden_size})" if s.null_target_hidden else OK,
+            OK,
+        )
+    )
+    for name in ("norm_before_fc", "fc_norm", "norm_output"):
+        rows.append(Setting(name, str(getattr(s, name)).lower(), OK, OK, OK))
+    if s.norm_before_residual:
+        served = (
+            f"{OK} (plugin: residual = hidden_norm(fc out))"
+            if norm_fix
+            else "NOT honoured (SGLANG_EAGLE3_NORM_BEFORE_RESIDUAL=0, for measurement)"
+        )
+        rows.append(
+            Setting(
+                "norm_before_residual",
+                "true",
+                "ignored (residual = un-normed fc out)",
+                served,
+                OK if norm_fix else NOT_ENFORCED,
+            )
+        )
+    else:
+        rows.append(Setting("norm_before_residual", "false", OK, OK, OK))
+    rows.append(_embedding(s))
+    if s.draft_layers > 1:
+        rows.append(
+            Setting(
+                "decoder layers",
+                str(s.draft_layers),
+                "layers 1+ normalise with hidden_norm, input_layernorm never read",
+                f"{OK} (plugin loads layers 1+ input_layernorm as hidden_norm)",
+                OK,
+            )
+        )
+    rows.append(_window(s, window_flag))
+    return rows
+
+
+def _layout(s: DraftSpec, deepseek_target: bool) -> Setting:
+    trained = "unknown" if s.layout is None else ",".join(s.layout.names())
+    stock = _stock_layout(s, deepseek_target)
+    if s.layout is None:
+        return Setting("hidden-state layout", trained, stock, "refused: undeclared", REFUSED)
+    if not deepseek_target:
+        return Setting(
+            "hidden-state layout",
+            trained,
+            stock,
+            "not enforced (the plugin covers DeepSeek-V2 family targets)",
+            NOT_ENFORCED,
+        )
+    return Setting("hidden-state layout", trained, stock, f"{OK} (plugin capture plan)", OK)
+
+
+def _stock_layout(s: DraftSpec, deepseek_target: bool) -> str:
+    if not deepseek_target or s.layout is None:
+        return "eagle_config ids (or the model's default), by SGLang's rule for the model"
+    ids = None if s.format == "speculators" else s.raw_ids
+    cap = stock_sglang_deepseek_capture(list(ids) if ids else None, s.layout.num_layers)
+    if cap.taps is not None and tuple(cap.taps) == tuple(s.layout.taps):
+        return OK
+    text = cap.describe().split(": ", 1)[-1]
+    if s.format == "speculators":
+        return "cannot load the format; flattened by hand, top-level ids ignored: " + text
+    return text
+
+
+def _embedding(s: DraftSpec) -> Setting:
+    if not s.embed_requires_grad:
+        return Setting("embed_requires_grad", "false", OK, f"{OK} (target's embedding)", OK)
+    if not s.has_embed:
+        return Setting(
+            "embed_requires_grad",
+            "true",
+            "target's embedding swapped in",
+            "refused: the checkpoint has no embed_tokens.weight",
+            REFUSED,
+        )
+    return Setting(
+        "embed_requires_grad",
+        "true",
+        "target's embedding swapped in",
+        f"{OK} (plugin keeps the draft's embedding)",
+        OK,
+    )
+
+
+def _window(s: DraftSpec, flag: int | None) -> Setting:
+    if s.sliding_window is None:
+        if flag is None:
+            return Setting("sliding window", "none", OK, OK, OK)
+        return Setting(
+            "sliding window",
+            "none",
+            OK,
+            f"not honoured: --speculative-draft-window-size {flag} adds one",
+            NOT_ENFORCED,
+        )
+    stock = "ignored (the draft config's window is not read)"
+    if flag == s.sliding_window:
+        return Setting(
+            "sliding window",
+            str(s.sliding_window),
+            stock,
+            f"{OK} (--speculative-draft-window-size {flag})",
+            OK,
+        )
+    got = "unset" if flag is None else str(flag)
+    return Setting(
+        "sliding window",
+        str(s.sliding_window),
+        stock,
+        f"not honoured: --speculative-draft-window-size {got}",
+        NOT_ENFORCED,
+    )
+
+
+def render(rows: list[Setting], indent: str = "        ") -> list[str]:
+    """Aligned text lines: setting, trained, stock SGLang 0.5.23, served here."""
+    head = ("setting", "trained", "stock SGLang 0.5.23", "served here")
+    cells = [head] + [(r.name, r.trained, r.stock, r.served) for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(3)]
+    return [
+        indent + "  ".join(c[i].ljust(widths[i]) for i in range(3)) + "  " + c[3] for c in cells
+    ]

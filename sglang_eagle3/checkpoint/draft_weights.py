@@ -1,0 +1,195 @@
+"""Load an EAGLE-3 draft's tensors from safetensors only (no pickle), under one set of names.
+
+Names are normalised to speculators' / SGLang-flat spelling (``fc.weight``, ``layers.0.*``,
+``norm.weight``, ``lm_head.weight``, ``d2t`` ...): a ``model.`` prefix is dropped, SpecForge's
+``midlayer.`` becomes ``layers.0.`` and its ``aux_norm_{low,mid,high}`` become ``fc_norm.{0,1,2}``
+(the renames SGLang applies at load). Training-only tensors (``verifier_*``) are skipped.
+
+The embedding can be huge (Kimi: 163840 x 7168) while an evaluation touches a few thousand rows,
+so :class:`RowTable` reads rows on demand from the mapped file instead of loading the matrix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from sglang_eagle3.checkpoint.safetensors_header import (
+    INDEX_NAME,
+    read_checkpoint_tensors,
+    read_index,
+    safetensors_files,
+)
+from sglang_eagle3.errors import WiringError
+
+_RENAMES = (
+    ("midlayer.", "layers.0."),
+    ("aux_norm_low.", "fc_norm.0."),
+    ("aux_norm_mid.", "fc_norm.1."),
+    ("aux_norm_high.", "fc_norm.2."),
+)
+_SKIP_PREFIXES = ("verifier_lm_head.", "verifier_norm.")
+EMBED_NAMES = ("embed_tokens.weight",)
+# Above this size the embedding is read row by row instead of loaded whole.
+LAZY_EMBED_BYTES = 256 * 1024 * 1024
+
+
+_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "BOOL": torch.bool,
+}
+
+
+def torch_dtype(name: str, path: str | Path) -> torch.dtype:
+    """safetensors dtype string -> torch dtype."""
+    if name not in _DTYPES:
+        raise WiringError(f"unsupported tensor dtype {name}", path=str(path))
+    return _DTYPES[name]
+
+
+def canonical_name(name: str) -> str:
+    """SGLang's load-time renames, applied once so every format reads alike."""
+    if name.startswith("model."):
+        name = name[len("model.") :]
+    for old, new in _RENAMES:
+        if name.startswith(old):
+            name = new + name[len(old) :]
+    return name
+
+
+def tensor_files(directory: str | Path) -> dict[str, Path]:
+    """``{stored tensor name: file}`` for a checkpoint directory (single file or sharded)."""
+    directory = Path(directory)
+    files = safetensors_files(directory) if directory.is_dir() else None
+    if files is None:
+        raise WiringError(
+            "no .safetensors weights found (pickle checkpoints are not read)",
+            path=str(directory),
+            fix="save the checkpoint with safetensors (save_pretrained does by default)",
+        )
+    if files[0].name == INDEX_NAME:
+        read_checkpoint_tensors(files[0])  # validates every shard header first
+        return {k: directory / v for k, v in read_index(files[0]).items()}
+    out: dict[str, Path] = {}
+    for f in files:
+        read_checkpoint_tensors(f)  # clear error for a truncated or corrupt file
+        with safe_open(str(f), framework="pt") as handle:
+            for key in handle.keys():
+                out[key] = f
+    return out
+
+
+def load_tensors(
+    directory: str | Path,
+    *,
+    dtype: torch.dtype | None,
+    device: str | torch.device = "cpu",
+    skip: tuple[str, ...] = EMBED_NAMES,
+) -> dict[str, torch.Tensor]:
+    """Every draft tensor under its canonical name; floats cast to ``dtype`` (None: as
+    stored), integer tensors (``d2t``, ``t2d``) kept. Names in ``skip`` are left out."""
+    out: dict[str, torch.Tensor] = {}
+    by_file: dict[Path, list[str]] = {}
+    for name, f in tensor_files(directory).items():
+        by_file.setdefault(f, []).append(name)
+    for f, names in by_file.items():
+        try:
+            with safe_open(str(f), framework="pt", device="cpu") as handle:
+                for name in names:
+                    key = canonical_name(name)
+                    if key in skip or key.startswith(_SKIP_PREFIXES):
+                        continue
+                    t = handle.get_tensor(name)
+                    if t.is_floating_point() and dtype is not None:
+                        t = t.to(dtype)
+                    out[key] = t.to(device)
+        except WiringError:
+            raise
+        except Exception as err:  # safetensors raises its own SafetensorError
+            raise WiringError(f"cannot read tensors ({err})", path=str(f)) from None
+    return out
+
+
+def stored_dtype(directory: str | Path, name: str = "fc.weight") -> torch.dtype:
+    """The dtype a checkpoint stores ``name`` in (for ``dtype="auto"``)."""
+    for key, f in tensor_files(directory).items():
+        if canonical_name(key) == name:
+            with safe_open(str(f), framework="pt") as handle:
+                return torch_dtype(handle.get_slice(key).get_dtype(), f)
+    raise WiringError(f"the weights have no {name}", path=str(directory))
+
+
+class RowTable:
+    """An embedding matrix ``[vocab, hidden]`` read whole when small, row by row otherwise."""
+
+    def __init__(self, path: Path, name: str, *, dtype: torch.dtype | None, device: str) -> None:
+        self.path, self.name, self.device = Path(path), name, device
+        with safe_open(str(self.path), framework="pt") as handle:
+            sl = handle.get_slice(name)
+            shape = sl.get_shape()
+            stored = torch_dtype(sl.get_dtype(), path)
+        if len(shape) != 2:
+            raise WiringError(f"{name} has shape {shape}; expected [vocab, hidden]", path=str(path))
+        self.vocab_size, self.hidden_size = shape
+        self.dtype = dtype or stored
+        self._full: torch.Tensor | None = None
+        self._rows: dict[int, torch.Tensor] = {}
+        nbytes = shape[0] * shape[1] * torch.tensor([], dtype=stored).element_size()
+        if nbytes <= LAZY_EMBED_BYTES:
+            self._full = self._read(slice(None)).to(device)
+
+    def _read(self, index: slice) -> torch.Tensor:
+        with safe_open(str(self.path), framework="pt") as handle:
+            return handle.get_slice(self.name)[index].to(self.dtype)
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows for ``ids`` (any shape, target ids) -> ``[*ids.shape, hidden]``."""
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size):
+            raise WiringError(
+                f"token id {int(ids.max())} is outside the embedding's {self.vocab_size} rows",
+                path=str(self.path),
+                fix="use data tokenized for this target",
+            )
+        if self._full is not None:
+            return self._full[ids.to(self._full.device)]
+        wanted = [i for i in torch.unique(ids).tolist() if i not in self._rows]
+        if wanted:
+            with safe_open(str(self.path), framework="pt") as handle:
+                sl = handle.get_slice(self.name)
+                for i in wanted:
+                    self._rows[i] = sl[i : i + 1][0].to(self.dtype).to(self.device)
+        flat = [self._rows[i] for i in ids.reshape(-1).tolist()]
+        return torch.stack(flat).reshape(*ids.shape, self.hidden_size)
+
+    def full(self) -> torch.Tensor:
+        """The whole matrix (loads it if it was read lazily)."""
+        if self._full is None:
+            self._full = self._read(slice(None)).to(self.device)
+        return self._full
+
+
+def load_tensor(path: Path, name: str) -> torch.Tensor:
+    """One tensor by its stored name."""
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return handle.get_tensor(name)
+    except Exception as err:  # safetensors raises its own error types
+        raise WiringError(f"cannot read {name} ({err})", path=str(path)) from None
+
+
+def find_tensor(directory: str | Path, suffix: str) -> tuple[Path, str] | None:
+    """The file and stored name of the tensor whose canonical name is ``suffix`` or ends with
+    ``.suffix`` (multimodal targets nest the language model, e.g. ``language_model.model.``)."""
+    files = tensor_files(directory)
+    exact = [k for k in files if canonical_name(k) == suffix]
+    nested = sorted((k for k in files if k.endswith("." + suffix)), key=len)
+    for key in exact or nested:
+        return files[key], key
+    return None

@@ -1,0 +1,209 @@
+"""Write an SGLang-loadable flat draft next to a speculators draft, never touching the source.
+
+SGLang 0.5.23 cannot read speculators' nested config (``transformer_layer_config``, top-level
+ids): it silently falls back to its default taps. The flat copy spells everything where SGLang
+looks, plus the explicit ``hidden_state_layout`` this project's plugin reads. Weights are
+symlinked (copied where links fail): SGLang loads speculators' tensor names as they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from sglang_eagle3 import __version__
+from sglang_eagle3.checkpoint.draft_spec import DraftSpec
+from sglang_eagle3.checkpoint.safetensors_header import INDEX_NAME, read_index, safetensors_files
+from sglang_eagle3.errors import WiringError
+from sglang_eagle3.layout.conventions import Convention
+
+MARKER = "sglang_eagle3_conversion.json"
+FLAT_ARCH = "LlamaForCausalLMEagle3"
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "generation_config.json",
+)
+
+
+def flat_config(cfg: dict[str, Any], spec: DraftSpec) -> dict[str, Any]:
+    """The flat config for a speculators ``cfg`` already checked into ``spec``."""
+    if spec.layout is None:
+        raise WiringError("the draft has no resolved layout", path=spec.config_path)
+    out = dict(cfg["transformer_layer_config"])
+    layout = spec.layout
+    eagle: dict[str, Any] = {
+        # input-to-layer ids: the convention speculators trained with; the plugin reads the
+        # explicit layout, the ids stay for tools that only know ids
+        "eagle_aux_hidden_state_layer_ids": list(layout.ids(Convention.INPUT_TO_LAYER)),
+        "hidden_state_layout": layout.names(),
+        "use_aux_hidden_state": True,
+    }
+    if layout.verifier is not None:
+        eagle["verifier_tap"] = str(layout.verifier)
+    out.update(
+        architectures=[FLAT_ARCH],
+        model_type="llama",
+        draft_vocab_size=spec.draft_vocab_size or out.get("vocab_size"),
+        target_hidden_size=spec.target_hidden_size,
+        norm_before_fc=spec.norm_before_fc,
+        fc_norm=spec.fc_norm,
+        norm_output=spec.norm_output,
+        norm_before_residual=spec.norm_before_residual,
+        embed_requires_grad=spec.embed_requires_grad,
+        eagle_config=eagle,
+        num_aux_hidden_states=len(layout.taps),
+    )
+    # transformers 5 writes rope_parameters; older readers (and SGLang's llama code) want
+    # rope_theta / rope_scaling at top level
+    rope = out.get("rope_parameters")
+    if isinstance(rope, dict):
+        if "rope_theta" not in out and "rope_theta" in rope:
+            out["rope_theta"] = rope["rope_theta"]
+        if "rope_scaling" not in out and rope.get("rope_type", "default") != "default":
+            out["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
+    for key in ("dtype", "torch_dtype"):
+        if key in cfg and key not in out:
+            out[key] = cfg[key]
+    if "dtype" in out and "torch_dtype" not in out:
+        out["torch_dtype"] = out["dtype"]
+    return out
+
+
+def write_flat_draft(spec: DraftSpec, src_dir: str | Path, dst_dir: str | Path) -> Path:
+    """Write the flat draft for ``spec`` (read from ``src_dir``) into ``dst_dir``.
+
+    ``dst_dir`` must not exist, be empty, or hold an earlier conversion of the same source
+    (then it is replaced). Everything is checked before anything is written, and the result
+    appears atomically (written to a temporary sibling, then renamed)."""
+    src = Path(src_dir).resolve()
+    dst = Path(dst_dir).absolute()
+    cfg_path = src / "config.json"
+    if spec.format != "speculators":
+        raise WiringError(
+            f"only speculators drafts need converting; this one is {spec.format}",
+            path=spec.config_path,
+            fix="serve it as it is",
+        )
+    if Path(spec.config_path).resolve() != cfg_path:
+        raise WiringError(f"the spec was read from {spec.config_path}, not from {src}")
+    if spec.layout is None:
+        raise WiringError("the draft has no resolved layout", path=spec.config_path)
+    if dst.resolve() == src or src in dst.resolve().parents:
+        raise WiringError(
+            "the output directory is the source or inside it",
+            path=str(dst),
+            fix="write the flat draft to a new directory outside the source",
+        )
+    raw = _read_bytes(cfg_path)
+    try:
+        cfg = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise WiringError(f"config is not valid JSON ({err})", path=str(cfg_path)) from None
+    config = flat_config(cfg, spec)
+    weights = _weight_files(src)
+    replace = _check_destination(dst, src)
+    marker = {
+        "tool": "sglang_eagle3",
+        "version": __version__,
+        "source": str(src),
+        "source_config_sha256": hashlib.sha256(raw).hexdigest(),
+        "hidden_state_layout": spec.layout.names(),
+    }
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.parent / f".{dst.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        _write_json(tmp / "config.json", config)
+        for f in weights:
+            _link_or_copy(f, tmp / f.name)
+        for name in TOKENIZER_FILES:
+            if (src / name).is_file():
+                shutil.copy2(src / name, tmp / name)
+        _write_json(tmp / MARKER, marker)  # last: a marker means a complete conversion
+        if replace:
+            shutil.rmtree(dst)
+        elif dst.exists():
+            dst.rmdir()  # empty, checked above
+        tmp.rename(dst)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dst
+
+
+def flat_copy_for_target(
+    draft_dir: str | Path, target_dir: str | Path, dst_dir: str | Path
+) -> Path:
+    """Read a speculators draft against its target and write its flat copy, as the launcher
+    does before SGLang starts."""
+    from sglang_eagle3.checkpoint.draft_readers import read_draft
+    from sglang_eagle3.checkpoint.target_config import read_target
+
+    t = read_target(target_dir)
+    spec = read_draft(draft_dir, num_layers=t.num_layers, target_hidden_size=t.hidden_size)
+    return write_flat_draft(spec, draft_dir, dst_dir)
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise WiringError(f"cannot read config ({err.strerror or err})", path=str(path)) from None
+
+
+def _weight_files(src: Path) -> list[Path]:
+    files = safetensors_files(src)
+    if files is None:
+        raise WiringError("no .safetensors weights to link", path=str(src))
+    if files[0].name == INDEX_NAME:
+        shards = sorted(set(read_index(files[0]).values()))
+        missing = [s for s in shards if not (src / s).is_file()]
+        if missing:
+            raise WiringError(f"index names missing shards {missing}", path=str(files[0]))
+        return files + [src / s for s in shards]
+    return files
+
+
+def _check_destination(dst: Path, src: Path) -> bool:
+    """True when ``dst`` holds an earlier conversion of ``src`` (to be replaced)."""
+    if not dst.exists() and not dst.is_symlink():
+        return False
+    if not dst.is_dir() or dst.is_symlink():
+        raise WiringError("output path exists and is not a directory", path=str(dst))
+    if not any(dst.iterdir()):
+        return False
+    try:
+        previous = json.loads((dst / MARKER).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        previous = None
+    if isinstance(previous, dict) and previous.get("source") == str(src):
+        return True
+    raise WiringError(
+        "output directory is not empty and is not an earlier conversion of this draft",
+        path=str(dst),
+        fix="choose a new directory (nothing was written)",
+    )
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.symlink(source, target)
+    except OSError:  # e.g. filesystems without symlinks
+        shutil.copy2(source, target)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -1,0 +1,60 @@
+"""What the launcher needs to know about the target model, read from its config.json (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglang_eagle3.checkpoint.config_json import read_config_json
+from sglang_eagle3.errors import WiringError
+
+# Targets whose SGLang 0.5.23 capture goes through DeepseekV2ForCausalLM (the plugin's hook).
+DEEPSEEK_FAMILY = frozenset(
+    {
+        "DeepseekV2ForCausalLM",
+        "DeepseekV3ForCausalLM",
+        "DeepseekV32ForCausalLM",
+        "KimiK25ForConditionalGeneration",  # delegates to its DeepSeek language model
+    }
+)
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    path: str
+    architecture: str
+    num_layers: int
+    hidden_size: int
+
+    def __post_init__(self) -> None:
+        if self.num_layers < 1 or self.hidden_size < 1:
+            raise WiringError(
+                f"num_hidden_layers {self.num_layers} and hidden_size {self.hidden_size} "
+                "must be >= 1",
+                path=self.path,
+            )
+
+    @property
+    def is_deepseek_family(self) -> bool:
+        return self.architecture in DEEPSEEK_FAMILY
+
+
+def read_target(model_path: str | Path) -> TargetInfo:
+    """Read a local target's config.json (multimodal configs: the text_config)."""
+    cfg_path = Path(model_path) / "config.json"
+    cfg = read_config_json(
+        model_path,
+        missing="no config.json for the target model",
+        fix="--model-path must be a local model directory (download it first)",
+    )
+    archs = cfg.get("architectures")
+    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
+        raise WiringError("architectures must be a non-empty list", path=str(cfg_path))
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    values = {}
+    for key in ("num_hidden_layers", "hidden_size"):
+        value = text.get(key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise WiringError(f"{key} must be an int, got {value!r}", path=str(cfg_path))
+        values[key] = value
+    return TargetInfo(str(model_path), archs[0], values["num_hidden_layers"], values["hidden_size"])

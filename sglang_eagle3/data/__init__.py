@@ -1,0 +1,1 @@
+"""Training data: speculators-format hidden states (read and written) and tap fingerprints."""

@@ -1,0 +1,277 @@
+"""EAGLE-3 training data as speculators 0.9 writes it: read it one sample at a time, write it.
+
+The layout (``speculators prepare-data`` + ``generate-offline-data``, read back by
+``speculators/train/data.py`` ``ArrowDataset``):
+
+    DATA/                         a Hugging Face ``datasets`` save_to_disk directory:
+      state.json, dataset_info.json, data-00000-of-0000N.arrow   (Arrow IPC stream files)
+        columns: input_ids list<int64>, loss_mask list<int64>, seq_len int64
+      hidden_states/hs_{row}.safetensors
+        hidden_states [seq, num_taps, hidden]  (model dtype; or float8 + hidden_states_scales
+                                                [seq, 1, 1] from hs_connectors' FP8 connector)
+        token_ids     [seq] int64              (must equal the row's input_ids)
+
+The trainer feeds ``hidden_states[:, :-1].flatten(1)`` to the fc and computes targets from
+``hidden_states[:, -1]`` (the verifier tap). No file says which taps are stored: this module's
+writer adds ``sglang_eagle3_data.json`` (and the same keys in each file's safetensors
+metadata), which speculators ignores. Also read: a bare ``hidden_states/`` directory or one
+``hs_*.safetensors`` file (loss mask all ones), and, only with ``allow_pickle=True``, torch
+``.pt`` files (older speculators and ad-hoc dumps: ``input_ids``/``token_ids``,
+``hidden_states`` as a tensor or a list of per-tap tensors, optional ``loss_mask``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from sglang_eagle3.checkpoint.safetensors_header import read_safetensors_header
+from sglang_eagle3.data.arrow import HS_DIR, META_NAME, read_rows
+from sglang_eagle3.data.writer import TrainDataWriter
+from sglang_eagle3.errors import WiringError
+from sglang_eagle3.layout.taps import Tap, format_taps, parse_taps
+
+__all__ = ["DataInfo", "Sample", "TrainData", "TrainDataWriter", "HS_DIR", "META_NAME"]
+_HS_RE = re.compile(r"hs_(\d+)\.safetensors")
+_PICKLE_FIX = "pass allow_pickle=True (--allow-pickle) if you trust the file: torch.load runs code"
+
+
+@dataclass(frozen=True)
+class Sample:
+    index: int
+    path: str
+    hidden_states: torch.Tensor  # [seq, num_taps, hidden]
+    input_ids: torch.Tensor  # [seq] int64, target ids
+    loss_mask: torch.Tensor  # [seq] bool
+
+
+@dataclass(frozen=True)
+class DataInfo:
+    path: str
+    format: str  # "speculators-0.9", "hidden-states-dir", "torch-pickle"
+    num_samples: int
+    num_taps: int
+    hidden_size: int
+    dtype: str
+    taps: tuple[Tap, ...] | None  # stored taps in stored order (last: verifier), when known
+    num_layers: int | None
+    taps_source: str
+
+    def __post_init__(self) -> None:
+        if self.taps is not None and len(self.taps) != self.num_taps:
+            raise WiringError(
+                f"metadata names {len(self.taps)} taps ({format_taps(self.taps)}) but the "
+                f"files store {self.num_taps}",
+                path=self.path,
+                fix=f"fix or delete {META_NAME}",
+            )
+
+
+class TrainData:
+    """Iterate samples of a data path, one file in memory at a time."""
+
+    def __init__(self, path: str | Path, *, allow_pickle: bool = False) -> None:
+        self.path = Path(path)
+        self.allow_pickle = allow_pickle
+        if not self.path.exists():
+            raise WiringError("data path does not exist", path=str(self.path))
+        self._files, self.format = self._discover()
+        self.info = self._info()
+
+    def _discover(self) -> tuple[list[tuple[int, Path]], str]:
+        p = self.path
+        if p.is_file():
+            if p.suffix == ".safetensors":
+                return [(_file_index(p), p)], "hidden-states-dir"
+            if p.suffix in (".pt", ".pth", ".bin"):
+                return [(0, self._pickle_ok(p))], "torch-pickle"
+            raise WiringError(
+                "not a training-data file (expected .safetensors, or .pt with allow_pickle)",
+                path=str(p),
+            )
+        hs_dir = p / HS_DIR if (p / HS_DIR).is_dir() else p
+        files = sorted(
+            (
+                (int(m.group(1)), f)
+                for f in hs_dir.glob("hs_*.safetensors")
+                if (m := _HS_RE.fullmatch(f.name))
+            ),
+        )
+        fmt = "speculators-0.9" if (p / "state.json").is_file() else "hidden-states-dir"
+        if files:
+            return files, fmt
+        pts = sorted(p.glob("*.pt"))
+        if pts:
+            return [(i, self._pickle_ok(f)) for i, f in enumerate(pts)], "torch-pickle"
+        raise WiringError(
+            f"no hidden-state files (hs_*.safetensors under {hs_dir}, or *.pt)",
+            path=str(p),
+            fix="point at the speculators data directory (the one holding hidden_states/)",
+        )
+
+    def _pickle_ok(self, f: Path) -> Path:
+        if not self.allow_pickle:
+            raise WiringError(
+                "is a pickle-based torch file; not loaded", path=str(f), fix=_PICKLE_FIX
+            )
+        return f
+
+    def _info(self) -> DataInfo:
+        first = self._files[0][1]
+        if self.format == "torch-pickle":
+            s = self._load(0, first, None)
+            shape, dtype, meta = tuple(s.hidden_states.shape), str(s.hidden_states.dtype), {}
+        else:
+            header = read_safetensors_header(first)
+            if "hidden_states" not in header or "token_ids" not in header:
+                raise WiringError(
+                    f"holds {sorted(header)}; expected hidden_states and token_ids",
+                    path=str(first),
+                    fix="point at data written by speculators generate-offline-data",
+                )
+            dtype_name, shape = header["hidden_states"]
+            dtype, meta = dtype_name, _file_meta(first)
+        if len(shape) != 3:
+            raise WiringError(
+                f"hidden_states has shape {list(shape)}; expected [seq, num_taps, hidden]",
+                path=str(first),
+            )
+        side = self.path / META_NAME if self.path.is_dir() else self.path.parent / META_NAME
+        if side.is_file():
+            try:
+                meta = json.loads(side.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+                raise WiringError(f"metadata is not valid JSON ({err})", path=str(side)) from None
+            source = str(side)
+            if not isinstance(meta, dict):
+                raise WiringError("metadata must be a JSON object", path=source)
+        else:
+            source = f"safetensors metadata of {first.name}" if meta else "unknown"
+        taps = meta.get("taps")
+        num_layers = meta.get("num_layers")
+        return DataInfo(
+            path=str(self.path),
+            format=self.format,
+            num_samples=len(self._files),
+            num_taps=shape[1],
+            hidden_size=shape[2],
+            dtype=str(dtype),
+            taps=None if not taps else parse_taps(taps, path=source),
+            num_layers=num_layers if isinstance(num_layers, int) else None,
+            taps_source=source,
+        )
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def __iter__(self) -> Iterator[Sample]:
+        if self.format != "speculators-0.9":
+            for index, f in self._files:
+                yield self._load(index, f, None)
+            return
+        # hs_{i} belongs to Arrow row i; rows without a file (not generated yet) are skipped
+        rows = read_rows(self.path)
+        current = next(rows, None)
+        for index, f in self._files:
+            while current is not None and current[0] < index:
+                current = next(rows, None)
+            if current is None or current[0] != index:
+                raise WiringError(
+                    f"has no row {index} in the Arrow table next to it",
+                    path=str(f),
+                    fix="keep hidden_states/ together with the dataset it was generated from",
+                )
+            yield self._load(index, f, current[1:])
+
+    def _load(self, index: int, f: Path, row: tuple | None) -> Sample:
+        where = str(f)
+        if self.format == "torch-pickle":
+            data = _torch_load(f)
+        else:
+            data = _safetensors_load(f)
+        hs = data.get("hidden_states")
+        if isinstance(hs, (list, tuple)):  # older dumps: one [seq, hidden] tensor per tap
+            hs = torch.stack(list(hs), dim=1)
+        ids = data.get("token_ids", data.get("input_ids"))
+        if not isinstance(hs, torch.Tensor) or not isinstance(ids, torch.Tensor):
+            raise WiringError(
+                "needs hidden_states and token_ids (or input_ids) tensors", path=where
+            )
+        if "hidden_states_scales" in data:  # hs_connectors FP8: one scale per token
+            hs = hs.float() * data["hidden_states_scales"].float()
+        mask = data.get("loss_mask")
+        if row is not None:
+            arrow_ids, arrow_mask = row
+            if not torch.equal(arrow_ids, ids.long()):
+                raise WiringError(
+                    f"token_ids differ from row {index}'s input_ids in the Arrow table",
+                    path=where,
+                    fix="regenerate the hidden states for this dataset",
+                )
+            mask = arrow_mask
+        if mask is None:
+            mask = torch.ones(ids.shape[0], dtype=torch.bool)
+        self._check(hs, ids, mask, where)
+        return Sample(index, where, hs, ids.long(), mask.bool())
+
+    def _check(self, hs: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor, where: str) -> None:
+        info = getattr(self, "info", None)
+        if hs.ndim != 3 or ids.ndim != 1 or hs.shape[0] != ids.shape[0]:
+            raise WiringError(
+                f"hidden_states {list(hs.shape)} and token ids {list(ids.shape)} do not "
+                "describe one sequence ([seq, num_taps, hidden] and [seq])",
+                path=where,
+            )
+        if mask.shape != ids.shape:
+            raise WiringError(f"loss_mask {list(mask.shape)} vs ids {list(ids.shape)}", path=where)
+        if info is not None and tuple(hs.shape[1:]) != (info.num_taps, info.hidden_size):
+            raise WiringError(
+                f"stores {hs.shape[1]} taps x {hs.shape[2]}, the first file "
+                f"{info.num_taps} x {info.hidden_size}",
+                path=where,
+                fix="keep one tap set per data directory",
+            )
+        if not bool(torch.isfinite(hs).all()):
+            raise WiringError("hidden_states contain inf or NaN", path=where, fix="regenerate it")
+
+
+def _file_index(p: Path) -> int:
+    m = _HS_RE.fullmatch(p.name)
+    return int(m.group(1)) if m else 0
+
+
+def _file_meta(f: Path) -> dict:
+    from safetensors import safe_open
+
+    with safe_open(str(f), framework="pt") as handle:
+        meta = handle.metadata() or {}
+    raw = meta.get("sglang_eagle3")
+    try:
+        return json.loads(raw) if raw else {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def _safetensors_load(f: Path) -> dict:
+    from safetensors.torch import load_file
+
+    read_safetensors_header(f)  # a readable error for truncated or corrupt files first
+    try:
+        return load_file(str(f))
+    except Exception as err:  # safetensors raises its own error types
+        raise WiringError(f"cannot read safetensors file ({err})", path=str(f)) from None
+
+
+def _torch_load(f: Path) -> dict:
+    try:
+        data = torch.load(str(f), map_location="cpu", weights_only=False)
+    except Exception as err:  # pickle errors come in many types
+        raise WiringError(f"cannot torch.load it ({err})", path=str(f)) from None
+    if not isinstance(data, dict):
+        raise WiringError(f"holds a {type(data).__name__}, expected a dict", path=str(f))
+    return data

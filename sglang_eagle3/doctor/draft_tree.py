@@ -1,0 +1,123 @@
+"""Score SGLang 0.5.23's EAGLE draft tree (``--speculative-eagle-topk`` > 1) as its verify
+accepts it, for every position of a sequence at once.
+
+SGLang's tree (``spec_utils.select_top_k_tokens``, ``eagle_utils.organize_draft_results``):
+  depth 1: the top-k tokens of the first draft step, score = their probability;
+  step s >= 2: each of the k beams is fed its token and its parent's output hidden state and
+    proposes its top-k children, score = parent score x child probability; all k*k children
+    are candidates, the best k become the next beams;
+  the tree: the num_draft_tokens - 1 best-scored candidates (a child never outscores its
+  parent, so a chosen node's ancestors are chosen too).
+Greedy verify walks from the root: at depth d it accepts the chosen child of the last
+accepted node whose token is the target's token, and stops when there is none.
+A beam attends to the context causally and to its own branch's earlier draft steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from sglang_eagle3.doctor.draft_attention import LayerCache
+from sglang_eagle3.doctor.draft_forward import Eagle3Draft
+from sglang_eagle3.errors import WiringError
+
+
+@dataclass
+class TreeScore:
+    first: torch.Tensor  # [T] bool: rows whose depth-1 truth is known (scored)
+    depth: torch.Tensor  # [T] long: drafts the verify at that row accepts
+    hit1: torch.Tensor  # [T] bool: depth 1 accepted
+    correct: list[int]  # per depth: rows accepting it
+    total: list[int]  # per depth: rows that reached it with a known truth
+
+
+def check_tree(steps: int, topk: int, draft_tokens: int) -> None:
+    most = topk + (steps - 1) * topk * topk
+    if steps < 1 or topk < 1 or not 2 <= draft_tokens <= most + 1:
+        raise WiringError(
+            f"--steps {steps} --topk {topk} --draft-tokens {draft_tokens}: a tree of "
+            f"{steps} steps and topk {topk} has 2 .. {most + 1} draft tokens (root included)"
+        )
+
+
+@torch.inference_mode()
+def score_tree(
+    draft: Eagle3Draft,
+    taps: torch.Tensor,  # [T, num_aux * target_hidden]
+    ids: torch.Tensor,  # [T + 1] the sample's target ids; row t is fed ids[t + 1]
+    truth: torch.Tensor,  # [T + 1] the target's token at each position (-1: unknown)
+    mask: torch.Tensor,  # [T + 1] bool: positions scored
+    *,
+    steps: int,
+    topk: int,
+    draft_tokens: int,
+) -> TreeScore:
+    check_tree(steps, topk, draft_tokens)
+    k, n_rows, dev = topk, taps.shape[0], draft.device
+    rows = torch.arange(n_rows, device=dev)
+    caches = [LayerCache() for _ in range(draft.config.num_layers)]
+    hidden = draft.fc_input(taps.to(dev, draft.dtype))
+    logits, hidden = draft.step(ids[1:].to(dev), hidden, rows, 0, caches)
+    prob, idx = logits.float().softmax(-1).topk(k, dim=-1)  # [T, k]
+    beam_tok, beam_score = draft.to_target_ids(idx), prob
+    beam_node = torch.arange(k, device=dev).expand(n_rows, k)
+    beam_hidden = hidden[:, None].expand(n_rows, k, hidden.shape[-1])
+    reads: list[torch.Tensor] = []  # per later step: [T, k] slot of each beam's ancestor
+    tokens, scores, parents = [beam_tok], [beam_score], [torch.full_like(beam_tok, -1)]
+    depth_of = [1] * k
+    for s in range(1, steps):
+        slots = torch.arange(n_rows * k, device=dev)  # beam j of row t -> slot t*k + j
+        tree = (slots, n_rows * k, [r.flatten() for r in reads] + [slots])
+        logits, out = draft.step(
+            beam_tok.flatten(), beam_hidden.reshape(n_rows * k, -1),
+            rows.repeat_interleave(k), s, caches, tree,
+        )  # fmt: skip
+        prob, idx = logits.float().softmax(-1).topk(k, dim=-1)  # [T*k, k]
+        child = draft.to_target_ids(idx).view(n_rows, k * k)
+        score = (beam_score[:, :, None] * prob.view(n_rows, k, k)).view(n_rows, k * k)
+        tokens.append(child)
+        scores.append(score)
+        parents.append(beam_node.repeat_interleave(k, dim=1))
+        best, pick = score.topk(k, dim=-1)  # the next beams
+        parent = pick // k
+        reads = [r.gather(1, parent) for r in reads] + [rows[:, None] * k + parent]
+        beam_node = len(depth_of) + pick
+        depth_of += [s + 1] * (k * k)
+        beam_tok, beam_score = child.gather(1, pick), best
+        out = out.view(n_rows, k, -1)
+        beam_hidden = out.gather(1, parent[:, :, None].expand(-1, -1, out.shape[-1]))
+    tok, par = torch.cat(tokens, 1).cpu(), torch.cat(parents, 1).cpu()
+    chosen = torch.zeros_like(tok, dtype=torch.bool)
+    chosen.scatter_(1, torch.cat(scores, 1).topk(draft_tokens - 1, dim=-1).indices.cpu(), True)
+    return _walk(tok, par, chosen, torch.tensor(depth_of), ids, truth, mask, steps)
+
+
+def _walk(tok, par, chosen, depth_of, ids, truth, mask, steps: int) -> TreeScore:
+    """Greedy verify from every row; a branch goes on only where its token is also the
+    data's next token (so the next truth is computed on the context the data holds)."""
+    n_rows, seq = tok.shape[0], ids.shape[0]
+    rows = torch.arange(n_rows)
+    cur = torch.full((n_rows,), -1)
+    alive = torch.ones(n_rows, dtype=torch.bool)
+    depth = torch.zeros(n_rows, dtype=torch.long)
+    first = hit1 = torch.zeros(n_rows, dtype=torch.bool)
+    correct, total = [], []
+    for d in range(1, steps + 1):
+        u = rows + d  # position of the depth-d token
+        uc = u.clamp(max=seq - 1)
+        want = truth[uc]
+        valid = (u < seq) & mask[uc].bool() & (want >= 0)
+        here = alive & valid
+        match = (depth_of == d)[None] & chosen & (par == cur[:, None]) & (tok == want[:, None])
+        found = match.any(1) & here
+        if d == 1:
+            first, hit1 = valid.clone(), found.clone()
+        total.append(int(here.sum()))
+        correct.append(int(found.sum()))
+        depth += found.long()
+        cur = torch.where(found, match.float().argmax(1), cur)
+        data_next = torch.where(u + 1 < seq, ids[(u + 1).clamp(max=seq - 1)], -1)
+        alive = found & (want == data_next)
+    return TreeScore(first, depth, hit1, correct, total)

@@ -1,0 +1,304 @@
+"""Score candidate layouts: how often does the draft guess the target's next token?
+
+For a candidate (which stored taps feed the fc, in which order), each sample gives T = seq-1
+draft positions: position t is fed the taps of token t and the id of token t+1, as
+speculators' ``shift_batch`` pairs them. Step k at t predicts token t+1+k; the truth is the
+target's token there: ``argmax lm_head(norm(verifier tap))`` at position t+k when the target's
+head is given (what speculators trains against), else the data's own token t+k+1.
+
+Step k >= 2 is fed the draft's own previous token (through d2t) and hidden state, as chain
+drafting does when serving. It is scored only where every earlier step was right and the fed
+tokens are the data's tokens (so the target context is the one the data holds): p_k is the
+conditional acceptance rate, and the chain's expected accept length is 1 + p1 + p1*p2 + ...
+Only positions whose loss mask is set count, as in speculators' metrics.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from sglang_eagle3.data.train_data import Sample
+from sglang_eagle3.doctor.draft_forward import Eagle3Draft
+from sglang_eagle3.layout.taps import Tap, format_taps
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A layout to score: stored-tap ``indices`` feed the fc in this order."""
+
+    name: str
+    taps: tuple[Tap, ...] | None  # tap names, when the data says what it stores
+    indices: tuple[int, ...] | None  # into the stored taps; None: not evaluable
+    sources: tuple[str, ...]
+    why_not: str | None = None  # why it is not evaluable
+    aliases: tuple[str, ...] = ()  # names of merged duplicates
+
+    def __post_init__(self) -> None:
+        if (self.indices is None) == (self.why_not is None):
+            raise ValueError("a candidate has indices or a reason it has none, not both")
+        if self.indices is not None and len(set(self.indices)) != len(self.indices):
+            raise ValueError(f"candidate {self.name} repeats a stored tap: {self.indices}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+    @property
+    def is_floor(self) -> bool:
+        """The no-information baseline: the fc input zeroed."""
+        return self.indices == ()
+
+    @property
+    def label(self) -> str:
+        if self.is_floor:
+            return "(taps zeroed: floor)"
+        if self.taps is not None:
+            return format_taps(self.taps)
+        return "stored taps #" + ",".join(str(i) for i in self.indices or ())
+
+
+FLOOR = Candidate(
+    "floor: taps zeroed", None, (), ("fc input all zeros: what the token alone gives",)
+)
+
+
+@dataclass
+class Result:
+    candidate: Candidate
+    correct: list[int] = field(default_factory=list)  # per step
+    total: list[int] = field(default_factory=list)  # per step
+    hits: list[torch.Tensor] = field(default_factory=list)  # step 1, per sample: [valid] bool
+    walk_verifies: int = 0  # replay of serving: verify steps taken along the samples
+    walk_accepted: int = 0  # drafts those verify steps accepted
+
+    def step1_hits(self) -> torch.Tensor:
+        """Step-1 hit per scored position, in data order (the same positions for every
+        candidate, so two candidates can be compared pairwise)."""
+        return torch.cat(self.hits) if self.hits else torch.zeros(0, dtype=torch.bool)
+
+    def rates(self) -> list[float | None]:
+        return [c / t if t else None for c, t in zip(self.correct, self.total, strict=True)]
+
+    @property
+    def accuracy(self) -> float | None:
+        """First-step top-1 accuracy."""
+        return self.rates()[0] if self.total else None
+
+    @property
+    def served_accept_length(self) -> float | None:
+        """Accepted tokens per verify step when serving walks the samples: each verify step
+        starts where the previous one ended (after its accepted drafts and bonus token), so
+        positions right after a failed draft count as often as serving meets them."""
+        if self.walk_verifies == 0:
+            return None
+        return 1 + self.walk_accepted / self.walk_verifies
+
+    def accept_length(self, steps: int | None = None) -> float | None:
+        """1 + p1 + p1*p2 + ... over the first ``steps`` measured steps (chain drafting)."""
+        rates = self.rates()[:steps]
+        if not rates or rates[0] is None:
+            return None
+        length, prod = 1.0, 1.0
+        for p in rates:
+            if p is None:
+                break
+            prod *= p
+            length += prod
+        return length
+
+
+def stored_index_candidates(num_stored: int, num_aux: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Layouts defined by stored position alone: first K, shifted by one, last K."""
+    out = [("first K stored taps", tuple(range(num_aux)))]
+    if num_stored > num_aux:
+        out.append(("shifted +1 stored tap", tuple(range(1, num_aux + 1))))
+        out.append(("last K stored taps", tuple(range(num_stored - num_aux, num_stored))))
+    return out
+
+
+def candidate_from_taps(
+    name: str, taps: Sequence[Tap], stored: Sequence[Tap] | None, source: str
+) -> Candidate:
+    """A named-tap layout, evaluable when every tap is stored."""
+    taps = tuple(taps)
+    if stored is None:
+        return Candidate(name, taps, None, (source,), "the data does not say which taps it stores")
+    missing = [t for t in taps if t not in stored]
+    if missing:
+        why = f"{format_taps(missing)} not in the data (stored: {format_taps(stored)})"
+        return Candidate(name, taps, None, (source,), why)
+    return Candidate(name, taps, tuple(list(stored).index(t) for t in taps), (source,))
+
+
+def merge_candidates(cands: Iterable[Candidate]) -> list[Candidate]:
+    """One row per distinct layout, keeping the first name and every source."""
+    out: list[Candidate] = []
+    for c in cands:
+        key = c.taps if c.taps is not None else c.indices
+        for i, seen in enumerate(out):
+            if (seen.taps if seen.taps is not None else seen.indices) == key and key is not None:
+                out[i] = Candidate(
+                    seen.name,
+                    seen.taps,
+                    seen.indices,
+                    seen.sources + c.sources,
+                    seen.why_not,
+                    seen.aliases + c.names,
+                )
+                break
+        else:
+            out.append(c)
+    return out
+
+
+def truth_tokens(
+    sample: Sample, head: Callable[[torch.Tensor], torch.Tensor] | None
+) -> torch.Tensor:
+    """[seq] target ids: truth[u] = the target's token at position u+1 (-1: unknown)."""
+    ids = sample.input_ids
+    if head is not None:
+        return head(sample.hidden_states[:, -1])  # verifier tap -> target's greedy token
+    return torch.cat([ids[1:], ids.new_full((1,), -1)])
+
+
+def score_sample(
+    draft: Eagle3Draft,
+    sample: Sample,
+    indices: Sequence[int],
+    truth: torch.Tensor,  # [seq]
+    steps: int,
+    result: Result,
+    tree: tuple[int, int] | None = None,  # (topk, draft tokens) when SGLang drafts a tree
+) -> None:
+    """Add one sample's counts for one candidate to ``result``."""
+    ids, mask = sample.input_ids, sample.loss_mask
+    seq = ids.shape[0]
+    while len(result.total) < steps:
+        result.correct.append(0)
+        result.total.append(0)
+    if seq < 2:
+        return
+    if tree is not None and tree[0] > 1:
+        _score_tree_sample(draft, sample, indices, truth, steps, result, tree)
+        return
+
+    depth = torch.zeros(seq - 1, dtype=torch.long)  # drafts a chain from row t gets accepted
+    first = torch.zeros(seq - 1, dtype=torch.bool)  # rows whose step 1 is scored
+
+    def keep(step: int, out) -> torch.Tensor:  # out.rows: the positions t this step ran for
+        u = out.rows.cpu() + step + 1  # truth (and loss-mask) index of step k = step + 1
+        inside = u < seq
+        uc = u.clamp(max=seq - 1)
+        truth_k = truth[uc]
+        valid = inside & mask[uc] & (truth_k >= 0)
+        pred = out.target_ids.cpu()
+        hit = pred == truth_k
+        result.total[step] += int(valid.sum())
+        result.correct[step] += int((valid & hit).sum())
+        if step == 0:
+            result.hits.append(hit[valid])
+            first[out.rows.cpu()[valid]] = True
+        depth[out.rows.cpu()[valid & hit]] += 1
+        # go on only where this guess was right and is the data's next token, so the next
+        # step sees the context the data (and its truth) was computed for
+        data_next = torch.where(u + 1 < seq, ids[(u + 1).clamp(max=seq - 1)], -1)
+        return valid & hit & (pred == data_next)
+
+    draft.forward(_fc_taps(draft, sample, indices), ids[1:], steps=steps, keep=keep)
+    verifies, accepted = serving_walk(first.tolist(), depth.tolist())
+    result.walk_verifies += verifies
+    result.walk_accepted += accepted
+
+
+def _fc_taps(draft: Eagle3Draft, sample: Sample, indices: Sequence[int]) -> torch.Tensor:
+    hs = sample.hidden_states
+    if indices:
+        return hs[:-1, list(indices)].flatten(1)  # [T, K * hidden]
+    return hs.new_zeros(hs.shape[0] - 1, draft.config.num_aux * hs.shape[-1])  # the floor
+
+
+def _score_tree_sample(draft, sample, indices, truth, steps, result, tree) -> None:
+    from sglang_eagle3.doctor.draft_tree import score_tree
+
+    taps = _fc_taps(draft, sample, indices)
+    ids, mask = sample.input_ids, sample.loss_mask
+    got = score_tree(draft, taps, ids, truth, mask, steps=steps, topk=tree[0],
+                     draft_tokens=tree[1])  # fmt: skip
+    for d, (c, t) in enumerate(zip(got.correct, got.total, strict=True)):
+        result.correct[d] += c
+        result.total[d] += t
+    result.hits.append(got.hit1[got.first])
+    verifies, accepted = serving_walk(got.first.tolist(), got.depth.tolist())
+    result.walk_verifies += verifies
+    result.walk_accepted += accepted
+
+
+def serving_walk(scored: Sequence[bool], depth: Sequence[int]) -> tuple[int, int]:
+    """(verify steps, accepted drafts) of a server walking one sequence: a verify step at
+    row t accepts ``depth[t]`` drafts, and the next one starts at row t + depth[t] + 1 (the
+    accepted drafts and the bonus token are now context). Rows not ``scored`` (loss mask,
+    unknown truth) are stepped over without a verify."""
+    t = verifies = accepted = 0
+    while t < len(scored):
+        if not scored[t]:
+            t += 1
+            continue
+        verifies += 1
+        accepted += int(depth[t])
+        t += int(depth[t]) + 1
+    return verifies, accepted
+
+
+def evaluate(
+    draft: Eagle3Draft,
+    samples: Iterable[Sample],
+    candidates: Sequence[Candidate],
+    *,
+    steps: int,
+    max_tokens: int,
+    head: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    progress: bool | None = None,
+    tree: tuple[int, int] | None = None,
+) -> list[Result]:
+    """Score every evaluable candidate on up to ``max_tokens`` draft positions, one sample in
+    memory at a time. Results come in candidate order (not evaluable ones stay empty)."""
+    from tqdm import tqdm
+
+    results = [Result(c) for c in candidates]
+    live = [(c, r) for c, r in zip(candidates, results, strict=True) if c.indices is not None]
+    # progress None: tqdm shows the bar only when stderr is a terminal
+    disable = None if progress is None else not progress
+    bar = tqdm(total=max_tokens, file=sys.stderr, disable=disable, unit="tok", leave=False)
+    used = 0
+    with bar:
+        for sample in samples:
+            if used >= max_tokens:
+                break
+            keep = min(sample.input_ids.shape[0], max_tokens - used + 1)
+            sample = Sample(
+                sample.index,
+                sample.path,
+                sample.hidden_states[:keep],
+                sample.input_ids[:keep],
+                sample.loss_mask[:keep],
+            )
+            truth = truth_tokens(sample, head)
+            for cand, res in live:
+                score_sample(draft, sample, cand.indices or (), truth, steps, res, tree)
+            used += keep - 1
+            bar.update(keep - 1)
+    return results
+
+
+def paired_z(better: Result, worse: Result) -> float:
+    """McNemar's z for "``better`` is right more often than ``worse``" on the same step-1
+    positions: (b - c) / sqrt(b + c) over the positions where exactly one is right."""
+    a, b = better.step1_hits(), worse.step1_hits()
+    if a.shape != b.shape or a.numel() == 0:
+        return 0.0
+    only_a, only_b = int((a & ~b).sum()), int((b & ~a).sum())
+    return (only_a - only_b) / max(1.0, (only_a + only_b) ** 0.5)

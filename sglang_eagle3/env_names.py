@@ -1,0 +1,12 @@
+"""Every environment variable this project reads or sets, named once (pure)."""
+
+# Ours.
+LAYOUT = "SGLANG_EAGLE3_LAYOUT"  # taps the launcher resolved, read by the plugin in every process
+NORM_BEFORE_RESIDUAL = "SGLANG_EAGLE3_NORM_BEFORE_RESIDUAL"  # "0": stock residual (measurement)
+FUSED_FC = "SGLANG_EAGLE3_FUSED_FC"  # "0": never the fused kernel; "1": every shape on sm_90+
+CPU_HARNESS = "SGLANG_EAGLE3_CPU_HARNESS"  # "1": the CPU test harness (tests and demos)
+CACHE = "SGLANG_EAGLE3_CACHE"  # root of the tiny-model cache
+
+# SGLang's.
+PLUGINS = "SGLANG_PLUGINS"  # comma-separated plugin names SGLang loads (all when unset)
+USE_CPU_ENGINE = "SGLANG_USE_CPU_ENGINE"

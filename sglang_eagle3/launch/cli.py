@@ -1,0 +1,122 @@
+"""`python -m sglang_eagle3.launch`: SGLang with the hidden-state wiring applied and explained.
+
+Takes every `python -m sglang.launch_server` argument unchanged, plus a few of its own.
+Validates everything before any SGLang process exists (bad input: exit 2, one message),
+prints the wiring table, then replaces itself with SGLang (exec), so Ctrl-C and SIGTERM
+reach SGLang's own shutdown exactly as without the launcher.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from sglang_eagle3.errors import WiringError
+from sglang_eagle3.launch.plan import LaunchOptions, LaunchPlan, plan_launch
+from sglang_eagle3.launch.wiring_table import command_line, render
+
+PROG = "python -m sglang_eagle3.launch"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        add_help=False,
+        description="Launch SGLang with EAGLE-3 hidden-state taps and speculative flags "
+        "resolved consistently and explained. All other arguments go to "
+        "`python -m sglang.launch_server` unchanged (see its --help).",
+    )
+    p.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+    p.add_argument(
+        "--hidden-state-layout",
+        metavar="TAPS",
+        help="the taps the drafter's fc was trained on, in order, e.g. embed,layer:2,layer:30 "
+        "(embed = embedding output; layer:K = output of decoder layer K, 0-indexed)",
+    )
+    p.add_argument(
+        "--aux-layer-convention",
+        choices=["output-of-layer", "input-to-layer"],
+        help="how to read the draft config's eagle_aux_hidden_state_layer_ids when it does not "
+        "say: output-of-layer (-1 = embed; SpecForge, SGLang llama/qwen) or input-to-layer "
+        "(0 = embed; vLLM, speculators)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the plan, start nothing")
+    p.add_argument(
+        "--write-draft-only",
+        action="store_true",
+        help="write the flat copy of a speculators draft (for a patched SGLang fork), print the "
+        "plan and the command, start nothing",
+    )
+    p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    p.add_argument(
+        "--cpu",
+        action="store_true",
+        help="run on this machine's CPU with the reference kernels (tests and demos, not speed)",
+    )
+    p.add_argument(
+        "--draft-cache-dir",
+        type=Path,
+        default=LaunchOptions().cache_dir,
+        help="where converted (flat) copies of speculators drafts are written",
+    )
+    return p
+
+
+def _write_draft(plan: LaunchPlan) -> None:
+    if plan.converted_draft:
+        from sglang_eagle3.checkpoint.flat_draft import write_flat_draft
+
+        write_flat_draft(plan.draft, Path(plan.draft_src), Path(plan.converted_draft))
+
+
+def _start(plan: LaunchPlan, cpu: bool) -> None:
+    _write_draft(plan)
+    env = {**os.environ, **plan.env}
+    if cpu:
+        from sglang_eagle3.launch.cpu_env import harness_env
+
+        env = harness_env(env)
+    argv = [sys.executable, "-m", "sglang.launch_server", *plan.sglang_argv]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, argv, env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if args.help:
+        parser.print_help()
+        print(
+            "\nEvery other argument is passed to `python -m sglang.launch_server`; run "
+            "`python -m sglang.launch_server --help` for those."
+        )
+        return 0
+    if args.cpu:
+        from sglang_eagle3.launch.server_process import with_cpu_defaults
+
+        rest = with_cpu_defaults(rest)
+    opts = LaunchOptions(args.hidden_state_layout, args.aux_layer_convention, args.draft_cache_dir)
+    try:
+        plan = plan_launch(rest, opts)
+        if args.json:
+            out = plan.to_json()
+            out["command"] = command_line(plan)
+            print(json.dumps(out, indent=2))
+        else:
+            print(render(plan))
+            if args.dry_run or args.write_draft_only:
+                print("command " + command_line(plan))
+        if args.write_draft_only:
+            _write_draft(plan)
+            return 0
+        if args.dry_run:
+            return 0
+        _start(plan, args.cpu)
+    except WiringError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+    return 0  # not reached: exec replaced this process

@@ -1,0 +1,38 @@
+"""Environment of the CPU test harness: what turns it on, for this process and its children.
+
+Pure logic (no torch, no sglang): the launcher and the tests build the child environment here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from sglang_eagle3 import env_names
+
+HARNESS_FLAG = env_names.CPU_HARNESS
+# Directory holding the reference `sgl_kernel` package (plain PyTorch ops, tests/demos only).
+SHIM_DIR = Path(__file__).resolve().parents[1] / "testing" / "cpu_harness" / "shim"
+
+
+def harness_enabled(env: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if env is None else env
+    return env.get(HARNESS_FLAG, "0") == "1"
+
+
+def harness_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Return a copy of `base` (default: os.environ) that runs SGLang on the CPU harness.
+
+    SGLang imports `sgl_kernel` at module import time, in every process it spawns and
+    before any plugin runs, so the reference kernels must be importable through
+    PYTHONPATH: an environment variable is the one thing every child process inherits.
+    """
+    env = dict(os.environ if base is None else base)
+    env[HARNESS_FLAG] = "1"
+    env[env_names.USE_CPU_ENGINE] = "1"
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(SHIM_DIR) not in parts:
+        parts.insert(0, str(SHIM_DIR))
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    return env

@@ -1,0 +1,254 @@
+"""Everything the launcher decides before SGLang starts, as one value (pure: no torch/sglang).
+
+checkpoint and flags -> target info, draft spec, capture plan, resolved speculative flags,
+the exact SGLang argv and the environment for the plugin. Any problem is a WiringError.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sglang_eagle3 import env_names
+from sglang_eagle3.checkpoint.draft_readers import read_draft
+from sglang_eagle3.checkpoint.draft_settings import REFUSED, Setting, draft_settings
+from sglang_eagle3.checkpoint.draft_spec import DraftSpec
+from sglang_eagle3.checkpoint.target_config import TargetInfo, read_target
+from sglang_eagle3.errors import WiringError
+from sglang_eagle3.launch.argv import argv_get, argv_has, argv_int, argv_set
+from sglang_eagle3.launch.spec_flags import (
+    DRAFT,
+    STEPS,
+    TOPK,
+    Resolution,
+    SpecFlags,
+    resolve_spec_flags,
+    sglang_argv_flags,
+)
+from sglang_eagle3.layout.capture_plan import LAYOUT_ENV, CapturePlan, plan_from_layout
+from sglang_eagle3.layout.conventions import stock_sglang_deepseek_capture
+
+DRAFT_PATH = "--speculative-draft-model-path"
+WINDOW = "--speculative-draft-window-size"
+EAGLE_ALGOS = ("EAGLE3",)
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    hidden_state_layout: str | None = None
+    aux_layer_convention: str | None = None
+    cache_dir: Path = Path.home() / ".cache" / "sglang_eagle3" / "drafts"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    target: TargetInfo
+    draft: DraftSpec | None
+    draft_src: str | None
+    converted_draft: str | None  # where a speculators draft is written for SGLang
+    capture: CapturePlan | None
+    resolution: Resolution | None
+    sglang_argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    changes: tuple[dict, ...] = ()
+    notes: tuple[str, ...] = ()
+    settings: tuple[Setting, ...] = ()  # each training-time setting, and how it is served
+
+    def to_json(self) -> dict:
+        flags = self.resolution.flags if self.resolution else None
+        d = self.draft
+        return {
+            "target": {
+                "path": self.target.path,
+                "architecture": self.target.architecture,
+                "num_layers": self.target.num_layers,
+                "hidden_size": self.target.hidden_size,
+            },
+            "layout": list(self.capture.taps) if self.capture else None,
+            "hf_hidden_states_indices": (
+                [d.layout.hf_indices()[i] for i in range(len(self.capture.taps))]
+                if self.capture and d and d.layout
+                else None
+            ),
+            "capture_indices": list(self.capture.capture_indices) if self.capture else None,
+            "fc_block_order": list(self.capture.fc_block_order) if self.capture else None,
+            "layout_source": self.capture.source if self.capture else None,
+            "verifier": str(d.layout.verifier) if d and d.layout and d.layout.verifier else None,
+            "draft": None
+            if d is None
+            else {
+                "path": self.draft_src,
+                "format": d.format,
+                "served_from": self.converted_draft,
+                "fc_in_features": d.fc_in_features,
+                "num_aux": d.num_aux,
+                "norm_before_fc": d.norm_before_fc,
+                "fc_norm": d.fc_norm,
+                "norm_output": d.norm_output,
+                "norm_before_residual": d.norm_before_residual,
+                "draft_vocab_size": d.draft_vocab_size,
+                "target_vocab_size": d.target_vocab_size,
+                "d2t": d.has_d2t,
+                "t2d": d.has_t2d,
+                "sliding_window": d.sliding_window,
+            },
+            "speculative": None
+            if flags is None
+            else {
+                "num_steps": flags.num_steps,
+                "eagle_topk": flags.eagle_topk,
+                "num_draft_tokens": flags.num_draft_tokens,
+            },
+            "settings": [st.to_json() for st in self.settings],
+            "changes": list(self.changes),
+            "notes": list(self.notes),
+            "env": dict(self.env),
+            "sglang_argv": list(self.sglang_argv),
+        }
+
+
+def converted_dir(cache_dir: Path, draft_src: Path) -> Path:
+    """A stable cache directory per source draft (path + config contents)."""
+    digest = hashlib.sha256(str(draft_src.resolve()).encode())
+    digest.update((draft_src / "config.json").read_bytes())
+    return cache_dir / f"{draft_src.resolve().name}-{digest.hexdigest()[:12]}"
+
+
+def _flags(argv: list[str]) -> SpecFlags:
+    return SpecFlags(argv_int(argv, STEPS), argv_int(argv, TOPK), argv_int(argv, DRAFT))
+
+
+def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
+    model = argv_get(argv, "--model-path")
+    if not model:
+        raise WiringError("no --model-path given", path="command line", fix="add --model-path DIR")
+    target = read_target(model)
+    algo = (argv_get(argv, "--speculative-algorithm") or "").upper()
+    if algo not in EAGLE_ALGOS:
+        if opts.hidden_state_layout:
+            raise WiringError(
+                "--hidden-state-layout needs --speculative-algorithm EAGLE3",
+                path="command line",
+            )
+        return LaunchPlan(
+            target,
+            None,
+            None,
+            None,
+            None,
+            None,
+            tuple(argv),
+            notes=("no EAGLE-3 speculation: SGLang runs as given",),
+        )
+    draft_src = argv_get(argv, DRAFT_PATH)
+    if not draft_src:
+        raise WiringError(
+            f"EAGLE3 needs {DRAFT_PATH}",
+            path="command line",
+            fix=f"add {DRAFT_PATH} DIR (the EAGLE-3 drafter)",
+        )
+    if not Path(draft_src).is_dir():
+        raise WiringError(
+            "draft directory not found",
+            path=draft_src,
+            fix="download the drafter and pass its local directory",
+        )
+    spec = read_draft(
+        draft_src,
+        num_layers=target.num_layers,
+        target_hidden_size=target.hidden_size,
+        convention=opts.aux_layer_convention,
+        layout=opts.hidden_state_layout,
+    )
+    notes, changes, env = list(spec.notes), [], {}
+    if spec.layout is None:
+        stock = stock_sglang_deepseek_capture(list(spec.raw_ids or []) or None, target.num_layers)
+        raise WiringError(
+            "the draft does not say which hidden states it was trained on; stock SGLang 0.5.23 "
+            f"would {stock.describe()}",
+            path=spec.config_path,
+            fix="pass --hidden-state-layout (e.g. embed,layer:2,layer:30) or add "
+            "eagle_config.hidden_state_layout to the draft config",
+        )
+    capture = None
+    if target.is_deepseek_family:
+        capture = plan_from_layout(spec.layout, f"{spec.layout_source} ({spec.config_path})")
+        env[LAYOUT_ENV] = ",".join(capture.taps)
+        if argv_has(argv, "--enable-two-batch-overlap"):
+            raise WiringError(
+                "two-batch overlap runs DeepSeek layers without hidden-state capture",
+                path="--enable-two-batch-overlap",
+                fix="drop --enable-two-batch-overlap when serving an EAGLE-3 drafter",
+            )
+    else:
+        notes.append(
+            f"{target.architecture} is not in the DeepSeek-V2 family: the plugin does not change "
+            "its capture; SGLang reads eagle_config ids as output-of-layer (+1) for it"
+        )
+    out = list(argv)
+    converted = None
+    if spec.format == "speculators":
+        converted = str(converted_dir(opts.cache_dir, Path(draft_src)))
+        out = argv_set(out, DRAFT_PATH, converted)
+        changes.append(
+            {
+                "flag": DRAFT_PATH,
+                "from": draft_src,
+                "to": converted,
+                "why": "SGLang cannot load speculators checkpoints; a flat copy is "
+                "written there (weights linked, never modified in place)",
+            }
+        )
+    if spec.sliding_window and not argv_has(argv, WINDOW):
+        out = argv_set(out, WINDOW, str(spec.sliding_window))
+        changes.append(
+            {
+                "flag": WINDOW,
+                "from": None,
+                "to": spec.sliding_window,
+                "why": "not given; the draft was trained with this sliding window, "
+                "which SGLang ignores in the draft config",
+            }
+        )
+    window = argv_get(out, WINDOW)
+    settings = draft_settings(
+        spec,
+        deepseek_target=target.is_deepseek_family,
+        norm_fix=os.environ.get(env_names.NORM_BEFORE_RESIDUAL, "1") != "0",
+        window_flag=int(window) if window and window.isdigit() else None,
+    )
+    refused = [st for st in settings if st.status == REFUSED]
+    if refused:
+        raise WiringError(
+            "the server cannot serve what this draft was trained with: "
+            + "; ".join(f"{st.name}={st.trained}: {st.served}" for st in refused),
+            path=spec.config_path,
+            fix="fix the draft checkpoint (nothing was started or written)",
+        )
+    resolution = resolve_spec_flags(
+        _flags(argv),
+        architecture=target.architecture,
+        page_size=argv_int(argv, "--page-size") or 1,
+        attention_backend=argv_get(argv, "--attention-backend"),
+        max_running_requests=argv_int(argv, "--max-running-requests"),
+    )
+    flag_argv = sglang_argv_flags(resolution)
+    for flag, value in zip(flag_argv[::2], flag_argv[1::2], strict=True):
+        out = argv_set(out, flag, value)
+    changes += [c.to_dict() for c in resolution.changes]
+    notes += list(resolution.notes)
+    return LaunchPlan(
+        target,
+        spec,
+        draft_src,
+        converted,
+        capture,
+        resolution,
+        tuple(out),
+        env,
+        tuple(changes),
+        tuple(notes),
+        tuple(settings),
+    )

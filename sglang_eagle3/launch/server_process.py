@@ -1,0 +1,170 @@
+"""Start, wait for and stop an SGLang server process on loopback (tests, demo, benchmarks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sglang_eagle3.launch.cpu_env import harness_env
+
+# Flags that run SGLang 0.5.23 on the CPU harness (see README, "CPU harness").
+CPU_DEFAULTS: tuple[tuple[str, str | None], ...] = (
+    ("--device", "cpu"),
+    # The one CPU backend that also verifies EAGLE drafts (with the reference kernels).
+    ("--attention-backend", "intel_amx"),
+    ("--cuda-graph-backend-decode", "disabled"),
+    ("--cuda-graph-backend-prefill", "disabled"),
+    ("--skip-server-warmup", None),
+    ("--mem-fraction-static", "0.1"),
+    ("--max-total-tokens", "4096"),
+    ("--chunked-prefill-size", "512"),
+    ("--max-running-requests", "8"),
+)
+
+
+def with_cpu_defaults(argv: list[str]) -> list[str]:
+    """`argv` plus every CPU default flag it does not set itself."""
+    out = list(argv)
+    for flag, value in CPU_DEFAULTS:
+        if not any(a == flag or a.startswith(flag + "=") for a in out):
+            out += [flag] if value is None else [flag, value]
+    return out
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def free_port() -> int:
+    """A free port below the kernel's ephemeral range. SGLang binds its HTTP port only after
+    loading the model (tens of seconds on CPU); meanwhile every outgoing connection takes an
+    ephemeral port, and one did take an OS-picked port here ("address already in use").
+    SGLang's own extra ports sit a few hundred above the HTTP port, so leave room."""
+    high = _ephemeral_low() - 1100
+    rng = random.SystemRandom()
+    for _ in range(100):
+        port = rng.randint(max(1024, high - 12000), high)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # a crowded machine: any free port
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ServerProcess:
+    argv: list[str]
+    log_path: Path
+    port: int
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ServerProcess:
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=self.env,
+            start_new_session=True,
+        )  # fmt: skip
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def wait_ready(self, timeout: float = 240.0) -> ServerProcess:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"server exited with {self.proc.returncode}; log {self.log_path}:\n"
+                    + self.log()[-4000:]
+                )
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return self
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"server not ready in {timeout}s; log {self.log_path}")
+
+    def post(self, path: str, payload: dict, timeout: float = 120.0) -> dict:
+        req = urllib.request.Request(
+            self.url + path, data=json.dumps(payload).encode(),
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+
+    def get(self, path: str, timeout: float = 30.0) -> dict:
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
+            return json.loads(r.read())
+
+    def pids(self) -> list[int]:
+        """The server's pid and every descendant's."""
+        import psutil
+
+        try:
+            root = psutil.Process(self.proc.pid)
+            return [root.pid] + [c.pid for c in root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
+        """Stop the server and every process it started; return the server's exit code."""
+        import psutil
+
+        if self.proc is None:
+            return None
+        procs = []
+        for pid in self.pids():
+            try:
+                procs.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                pass
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        _, alive = psutil.wait_procs(procs, timeout=timeout)
+        for p in alive:
+            p.kill()
+        psutil.wait_procs(alive, timeout=10)
+        code = self.proc.wait(timeout=10)
+        self._log.close()
+        return code
+
+
+def sglang_server(
+    model_path: str | Path, extra: list[str], log_path: Path, *, cpu: bool = True,
+    env: dict[str, str] | None = None, module: str = "sglang.launch_server",
+) -> ServerProcess:  # fmt: skip
+    """A not-yet-started server: `python -m <module> --model-path ... <extra>`.
+
+    `env` adds to (or overrides) this process's environment.
+    """
+    port = free_port()
+    argv = [sys.executable, "-m", module, "--model-path", str(model_path)]
+    argv += ["--host", "127.0.0.1", "--port", str(port)]
+    argv += with_cpu_defaults(list(extra)) if cpu else list(extra)
+    full_env = {**os.environ, **(env or {})}
+    full_env = harness_env(full_env) if cpu else full_env
+    return ServerProcess(argv=argv, log_path=log_path, port=port, env=full_env)

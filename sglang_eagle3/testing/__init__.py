@@ -1,0 +1,1 @@
+"""What serves tests and demos, not serving: the CPU harness, tiny models, the demo."""

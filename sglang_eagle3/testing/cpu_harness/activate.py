@@ -1,0 +1,66 @@
+"""Make stock SGLang 0.5.23 serve DeepSeek targets and EAGLE-3 on CPUs without AMX.
+
+For tests and demos, not speed. Runs as the `sglang_eagle3_cpu_harness` general plugin, so
+SGLang itself calls it in every process (launcher, scheduler, detokenizer) before it builds
+its server arguments; it does nothing unless SGLANG_EAGLE3_CPU_HARNESS=1.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sglang_eagle3 import env_names
+from sglang_eagle3.launch.cpu_env import HARNESS_FLAG, harness_enabled
+from sglang_eagle3.log import get_logger
+
+logger = get_logger()
+
+
+def _route_torch_native_to_mla() -> None:
+    # SGLang has no DeepSeek handler for torch_native: it falls back to the triton
+    # handler, picks the MHA path and crashes. The absorbed MLA path works on CPU.
+    from sglang.srt.models.deepseek_common.attention_backend_handler import (
+        AttentionBackendRegistry,
+    )
+    from sglang.srt.models.deepseek_common.attention_forward_methods.forward_methods import (
+        AttnForwardMethod,
+    )
+
+    def handle_attention_torch_native(attn, forward_batch):
+        return AttnForwardMethod.MLA
+
+    AttentionBackendRegistry.register("torch_native", handle_attention_torch_native)
+
+
+def _keep_intel_amx_backend() -> None:
+    # Server-argument resolution swaps intel_amx for torch_native on CPUs without AMX,
+    # and torch_native cannot verify EAGLE drafts. Only that decision reads this fact:
+    # layer code probes the CPU directly, so no AMX weight packing is attempted.
+    from sglang.srt.runtime_context import get_platform
+
+    get_platform()._install(has_amx=True)
+
+
+def _check_reference_kernels() -> None:
+    import sgl_kernel
+
+    if not getattr(sgl_kernel, "SGLANG_EAGLE3_REFERENCE", False):
+        raise RuntimeError(
+            f"{HARNESS_FLAG}=1 but `sgl_kernel` resolves to {sgl_kernel.__file__}, not the "
+            "reference kernels of sglang_eagle3. Start SGLang through "
+            "`python -m sglang_eagle3.launch --cpu` (or "
+            "sglang_eagle3.launch.cpu_env.harness_env())."
+        )
+
+
+def activate() -> bool:
+    """Apply the harness if enabled; return whether it was applied."""
+    if not harness_enabled():
+        return False
+    if os.environ.get(env_names.USE_CPU_ENGINE) != "1":
+        raise RuntimeError(f"{HARNESS_FLAG}=1 needs SGLANG_USE_CPU_ENGINE=1 as well.")
+    _check_reference_kernels()
+    _keep_intel_amx_backend()
+    _route_torch_native_to_mla()
+    logger.info("CPU harness active (reference sgl_kernel ops; for tests and demos, not speed)")
+    return True

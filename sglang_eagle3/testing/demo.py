@@ -1,0 +1,263 @@
+"""`python -m sglang_eagle3.demo`: the seed's bug and its fix, at toy scale, on this CPU.
+
+Builds (or reuses) the tiny DeepSeek-V3 target and a drafter trained with speculators' own
+model code on taps embed, layer:2, layer:5; then serves three ways, one after the other,
+and measures each with the same greedy prompts:
+  plain            no speculation (the baseline)
+  stock-wiring     EAGLE-3 as stock SGLang 0.5.23 wires this drafter: it ignores the
+                   speculators top-level ids and captures its default taps
+  declared-layout  EAGLE-3 through `python -m sglang_eagle3.launch` (this plugin)
+The EAGLE-3 servers draft 3 steps, topk 2, 6 draft tokens (a small tree; --topk 1 for a chain).
+The doctor's prediction replays the plain server's greedy outputs, drafted the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from sglang_eagle3 import env_names
+from sglang_eagle3.bench.metrics import spec_stats
+from sglang_eagle3.launch.server_process import sglang_server
+
+
+def spec_flags(steps: int, topk: int, draft_tokens: int) -> list[str]:
+    return ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(steps),
+            "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens",
+            str(draft_tokens)]  # fmt: skip
+
+
+SPEC_KEYS = ("num_steps", "eagle_topk", "num_draft_tokens")
+# One torch thread per server: on 2 cores the HTTP client, tokenizer and detokenizer need the
+# other one, and tiny matrices gain nothing from a second OpenMP thread.
+SERVER_ENV = {"OMP_NUM_THREADS": "1"}
+WARMUP = ("import collections\n\n\ndef main():\n", "class Config:\n    def __init__(self):")
+STOCK_ONLY = {env_names.PLUGINS: "sglang_eagle3_cpu_harness"}  # the CPU harness, not our plugin
+
+
+def prompts(n: int, chars: int = 160) -> list[str]:
+    """Openings of held-out standard-library files (never seen in training)."""
+    from sglang_eagle3.testing.tiny.corpus import stdlib_files
+
+    out = []
+    for f in stdlib_files("heldout"):
+        text = f.path.read_text(errors="replace").strip()
+        if len(text) >= chars:
+            out.append(text[:chars])
+        if len(out) == n:
+            break
+    return out
+
+
+def stock_flat_copy(draft_dir: Path, target_dir: Path, out: Path) -> Path:
+    """What a team gets by flattening the speculators config by hand for stock SGLang: the
+    ids stay top-level (SGLang reads only eagle_config's), nothing declares the layout."""
+    from sglang_eagle3.checkpoint.flat_draft import flat_copy_for_target
+
+    flat_copy_for_target(draft_dir, target_dir, out)
+    cfg = json.loads((out / "config.json").read_text())
+    eagle = cfg.pop("eagle_config", {})
+    cfg["eagle_aux_hidden_state_layer_ids"] = eagle.get("eagle_aux_hidden_state_layer_ids")
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    return out
+
+
+def measure(name, target, extra, log_dir, texts, max_new, *, module, env=None) -> dict:
+    env = {**SERVER_ENV, **(env or {})}
+    srv = sglang_server(target, extra, log_dir / f"{name}.log", module=module, env=env)
+    srv.start()
+    try:
+        srv.wait_ready(timeout=600)
+        params = {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True}
+        for text in WARMUP:  # first requests compile SGLang's torch.compile'd ops: not timed
+            srv.post("/generate", {"text": text, "sampling_params": params})
+        t0, outs = time.perf_counter(), []
+        for i, ids in enumerate(texts):  # token ids: the doctor replays exactly these
+            outs.append(srv.post("/generate", {"input_ids": ids, "sampling_params": params}))
+            print(f"\r  {name}: {i + 1}/{len(texts)} requests", end="", file=sys.stderr)
+        wall = time.perf_counter() - t0
+        print(file=sys.stderr)
+    finally:
+        srv.stop()
+    stats = spec_stats(o["meta_info"] for o in outs)
+    return {
+        "name": name,
+        "tok_s": stats.completion_tokens / wall,
+        "wall_s": wall,
+        "accept_length": stats.accept_length,
+        "stats": stats.to_json(),
+        "output_ids": [o["output_ids"] for o in outs],
+    }
+
+
+def doctor_prediction(drafter, spec: tuple[int, int, int], data: Path) -> dict:
+    """The doctor on ``data`` (the target's hidden states over what the plain server
+    generated): its replay accept length walks the sequences the servers verified."""
+    import subprocess
+
+    argv = [sys.executable, "-m", "sglang_eagle3.doctor", "--draft", str(drafter.draft_dir),
+            "--data", str(data), "--target", str(drafter.target_dir), "--json", "--no-progress",
+            "--steps", str(spec[0]), "--topk", str(spec[1]), "--draft-tokens",
+            str(spec[2])]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    try:
+        report = json.loads(proc.stdout)
+        return {
+            "replay": report["replay_accept_length"],
+            "chain": report["predicted_accept_length"],
+        }
+    except (json.JSONDecodeError, KeyError):
+        print(f"doctor failed ({proc.returncode}): {proc.stderr[-2000:]}", file=sys.stderr)
+        return {"replay": None, "chain": None}
+
+
+def tokenize(target: Path, texts: list[str]) -> list[list[int]]:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(target / "tokenizer.json"))
+    return [tok.encode(t, add_special_tokens=True).ids for t in texts]
+
+
+def run(
+    n_prompts: int,
+    max_new: int,
+    work: Path,
+    norm_fix_off_row: bool = False,
+    spec: tuple[int, int, int] = (3, 2, 6),
+) -> dict:
+    from sglang_eagle3.testing.tiny.drafter import tiny_drafter
+
+    drafter = tiny_drafter()
+    target = drafter.target_dir
+    texts = tokenize(target, prompts(n_prompts))
+    stock = stock_flat_copy(drafter.draft_dir, target, work / "stock-draft")
+    cpu = ["--dtype", "float32"]
+    flags = spec_flags(*spec)
+    rows = [
+        measure(
+            "plain", target, ["--cpu", *cpu], work, texts, max_new, module="sglang_eagle3.launch"
+        ),
+        measure(
+            "stock-wiring",
+            target,
+            [*cpu, *flags, "--speculative-draft-model-path", str(stock)],
+            work,
+            texts,
+            max_new,
+            module="sglang.launch_server",
+            env=STOCK_ONLY,
+        ),
+        measure(
+            "declared-layout",
+            target,
+            [
+                "--cpu",
+                *cpu,
+                *flags,
+                "--speculative-draft-model-path",
+                str(drafter.draft_dir),
+                "--draft-cache-dir",
+                str(work / "drafts"),
+            ],
+            work,
+            texts,
+            max_new,
+            module="sglang_eagle3.launch",
+        ),
+    ]
+    if norm_fix_off_row:  # the same wiring without the plugin's norm_before_residual fix
+        rows.append(
+            measure("declared-layout-no-norm-fix", target, ["--cpu", *cpu, *flags,
+                    "--speculative-draft-model-path", str(drafter.draft_dir), "--draft-cache-dir",
+                    str(work / "drafts")], work, texts, max_new, module="sglang_eagle3.launch",
+                    env={env_names.NORM_BEFORE_RESIDUAL: "0"})
+        )  # fmt: skip
+    plain = rows[0]
+    for row in rows:
+        row["lossless"] = row["output_ids"] == plain["output_ids"]
+        row["speedup"] = row["tok_s"] / plain["tok_s"]
+    from sglang_eagle3.testing.tiny.replay_data import write_replay_data
+
+    data = write_replay_data(target, texts, plain["output_ids"], work / "replay-data")
+    doctor = doctor_prediction(drafter, spec, data)
+    return {
+        "rows": rows,
+        "predicted_accept_length": doctor["replay"],
+        "doctor_chain_accept_length": doctor["chain"],
+        "prompts": len(texts),
+        "max_new_tokens": max_new,
+        "speculative": dict(
+            zip(("num_steps", "eagle_topk", "num_draft_tokens"), spec, strict=True)
+        ),
+    }
+
+
+def table(result: dict) -> str:
+    lines = [
+        "| server | accept length | tok/s | speedup vs plain | lossless |",
+        "|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        al = "-" if r["accept_length"] is None else f"{r['accept_length']:.2f}"
+        lines.append(
+            f"| {r['name']} | {al} | {r['tok_s']:.1f} | {r['speedup']:.2f}x | "
+            f"{'yes' if r['lossless'] else 'NO'} |"
+        )
+    pred, sp = result["predicted_accept_length"], result["speculative"]
+    shape = f"{sp['num_steps']} steps, topk {sp['eagle_topk']}, {sp['num_draft_tokens']} tokens"
+    lines.append(
+        "\ndoctor's predicted accept length (declared layout; replaying the plain server's "
+        f"greedy outputs drafted as the servers do: {shape}): "
+        f"{'-' if pred is None else f'{pred:.2f}'}"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m sglang_eagle3.demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--json", type=Path, help="write the results as JSON here")
+    p.add_argument("--prompts", type=int, default=12)
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument(
+        "--norm-fix-off-row",
+        action="store_true",
+        help="add a 4th server: the declared layout without honouring norm_before_residual",
+    )
+    p.add_argument("--steps", type=int, default=3, help="--speculative-num-steps (3)")
+    p.add_argument("--topk", type=int, default=2, help="--speculative-eagle-topk (2: a tree)")
+    p.add_argument(
+        "--draft-tokens",
+        type=int,
+        help="--speculative-num-draft-tokens (default: steps + 1 for a chain, 2 x steps else)",
+    )
+    args = p.parse_args(argv)
+    default_tokens = args.steps + 1 if args.topk == 1 else 2 * args.steps
+    spec = (args.steps, args.topk, args.draft_tokens or default_tokens)
+    with tempfile.TemporaryDirectory(prefix="sglang-eagle3-demo-") as work:
+        result = run(
+            args.prompts, args.max_new_tokens, Path(work), args.norm_fix_off_row, spec=spec
+        )
+    print(table(result))
+    if args.json:
+        slim = {
+            "rows": [
+                {
+                    k: r[k]
+                    for k in ("name", "accept_length", "tok_s", "lossless", "speedup", "stats")
+                }
+                for r in result["rows"]
+            ],
+            "predicted_accept_length": result["predicted_accept_length"],
+            "doctor_chain_accept_length": result["doctor_chain_accept_length"],
+            "speculative": result["speculative"],
+        }
+        args.json.write_text(json.dumps(slim, indent=2))
+    return 0 if all(r["lossless"] for r in result["rows"]) else 1

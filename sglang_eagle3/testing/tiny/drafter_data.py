@@ -1,0 +1,78 @@
+"""Training and evaluation data for the tiny drafter, taken from the tiny target on stdlib text.
+
+Taps are Hugging Face ``output_hidden_states`` entries (hs[k] = input of layer k), except the
+final layer's output, which is taken BEFORE the final norm with a hook on ``model.norm``:
+HF's last hidden state is post-norm, while speculators (and SGLang/vLLM capture) use the
+pre-norm value and apply the target's norm themselves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from sglang_eagle3.data.train_data import TrainDataWriter
+from sglang_eagle3.layout.taps import Tap
+from sglang_eagle3.testing.tiny import corpus
+
+_CHUNK = 16  # sequences per target forward
+
+
+def token_windows(
+    tokenizer_json: Path, split: str, count: int, length: int, seed: int, max_bytes: int
+) -> torch.Tensor:
+    """``count`` deterministic windows of ``length`` ids from a subset of one corpus split."""
+    from tokenizers import Tokenizer
+
+    from sglang_eagle3.testing.tiny.tokenizer import BOS_ID, EOS_ID
+
+    tok = Tokenizer.from_file(str(tokenizer_json))
+    files = corpus.shuffled_subset(corpus.stdlib_files(split), max_bytes)
+    ids: list[int] = []
+    for enc in tok.encode_batch(list(corpus.iter_texts(files)), add_special_tokens=False):
+        ids += [BOS_ID, *enc.ids, EOS_ID]
+    stream = torch.tensor(ids, dtype=torch.long)
+    if stream.numel() <= length:
+        raise RuntimeError(f"corpus split {split!r} is shorter than one window")
+    gen = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, stream.numel() - length, (count,), generator=gen)
+    return torch.stack([stream[s : s + length] for s in starts.tolist()])
+
+
+@torch.inference_mode()
+def target_hidden_states(model, windows: torch.Tensor) -> torch.Tensor:
+    """[B, L] ids -> [B, L, n+1, hidden]: hs[0..n-1] as HF returns them, then the last
+    layer's output before the final norm (so index k is Tap(k) for every k in 0..n)."""
+    captured: list[torch.Tensor] = []
+    hook = model.model.norm.register_forward_hook(lambda m, i, o: captured.append(i[0]))
+    try:
+        out = model(input_ids=windows, output_hidden_states=True)
+    finally:
+        hook.remove()
+    n = model.config.num_hidden_layers
+    hs = list(out.hidden_states[:n]) + [captured[-1]]
+    return torch.stack(hs, dim=2)
+
+
+def write_target_data(
+    model,
+    windows: torch.Tensor,  # [B, L]
+    out_dir: Path,
+    taps: Sequence[Tap],
+) -> str:
+    """Write ``windows`` with the given taps (in order) in speculators' layout; returns a
+    digest of everything written, for the build record."""
+    n = model.config.num_hidden_layers
+    index = [t.hf_index for t in taps]
+    digest = hashlib.sha256()
+    with TrainDataWriter(out_dir, taps=list(taps), num_layers=n) as writer:
+        for s in range(0, windows.shape[0], _CHUNK):
+            chunk = windows[s : s + _CHUNK]
+            hs = target_hidden_states(model, chunk)[:, :, index]
+            for row, ids in zip(hs, chunk, strict=True):
+                writer.add(row, ids)
+                digest.update(row.numpy().tobytes())
+    return digest.hexdigest()[:16]
