@@ -42,9 +42,9 @@ def _unfused_norm():
 
         return norm, "sgl_kernel.rmsnorm"
     except ImportError:
-        from sglang_eagle3.ops.eagle3_fused_fc import _rms_norm
+        from sglang_eagle3.ops.rms_norm import rms_norm
 
-        return (lambda x, w: _rms_norm(x, w, EPS)), "eager PyTorch RMSNorm"
+        return (lambda x, w: rms_norm(x, w, EPS, cast_before_weight=False)), "eager PyTorch RMSNorm"
 
 
 def unfused(x, w, win, wtap, norm, rms):

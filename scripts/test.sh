@@ -1,13 +1,26 @@
 #!/usr/bin/env bash
-# Set up .venv (idempotent) and run the whole test suite. `.ci/run` calls exactly this.
+# Set up .venv (idempotent), lint, and run the tests. `.ci/run` calls exactly this: everything.
+#   bash scripts/test.sh           ruff + every test (~15 min on 2 cores)
+#   bash scripts/test.sh --fast    ruff + the fast tier: tests not marked sglang or slow (pure
+#                                  logic and small torch tests; starts no SGLang; < 2 min)
+# Other arguments pass to pytest (a later -m replaces the fast tier's).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+fast=0
+args=()
+for arg in "$@"; do
+  if [[ $arg == --fast ]]; then fast=1; else args+=("$arg"); fi
+done
 bash scripts/setup_env.sh 2>&1 | grep -v "is ignored: it is neither" || exit 1
 [[ -f .venv/.sglang_eagle3_stamp ]] || { echo "test.sh: environment setup failed"; exit 1; }
 .venv/bin/ruff check . || exit 1
 .venv/bin/ruff format --check . || exit 1
-.venv/bin/python -m pytest "$@"
+if [[ $fast -eq 1 ]]; then
+  .venv/bin/python -m pytest -m "not sglang and not slow" ${args[@]+"${args[@]}"}
+else
+  .venv/bin/python -m pytest ${args[@]+"${args[@]}"}
+fi
 rc=$?
 if [[ $rc -eq 5 ]]; then
   echo "test.sh: pytest collected no tests; that is a failure"

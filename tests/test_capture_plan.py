@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from conftest_helpers_layout import build_speculators_draft, flat_config, make_flat_draft
 
 from sglang_eagle3.errors import WiringError
-from sglang_eagle3.layout.capture_plan import plan_from_layout, resolve_plan
+from sglang_eagle3.hooks.plan import resolve_plan
+from sglang_eagle3.layout.capture_plan import plan_from_layout
 from sglang_eagle3.layout.hidden_state_layout import HiddenStateLayout
 from sglang_eagle3.layout.taps import parse_taps
-
-try:
-    from conftest_helpers_layout import build_speculators_draft, flat_config, make_flat_draft
-except ImportError:  # tests/ imported as a package
-    from tests.conftest_helpers_layout import (
-        build_speculators_draft,
-        flat_config,
-        make_flat_draft,
-    )
 
 N, H = 8, 16
 

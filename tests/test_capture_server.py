@@ -11,13 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 import pytest
+from sglang_checks import capture_vs_hf
 
 from sglang_eagle3.testing.tiny.random_draft import write_random_flat_draft
-
-try:
-    from sglang_checks import capture_vs_hf
-except ImportError:  # tests/ imported as a package
-    from tests.sglang_checks import capture_vs_hf
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -84,7 +80,7 @@ def test_plain_server_serves_and_plugin_loads_in_every_process(plain):
 
 
 def test_seed_style_ids_capture_declared_taps_and_stay_lossless(
-    module_server_factory, tiny_target, seed_draft, plain_outputs
+    module_server_factory, tiny_target, seed_draft, plain_outputs, figures
 ):
     srv = module_server_factory(
         tiny_target, FP32 + EAGLE + ["--speculative-draft-model-path", str(seed_draft)],
@@ -100,12 +96,20 @@ def test_seed_style_ids_capture_declared_taps_and_stay_lossless(
     assert honoured and int(honoured.group(1)) in scheduler_pids(srv)
 
     spec = {p: greedy(srv, p) for p in PROMPTS}
+    same = sum(spec[p]["output_ids"] == plain_outputs[p] for p in PROMPTS)
+    figures.record(
+        "seed-style ids: prompts with speculative == plain greedy", f"{same} of {len(PROMPTS)}"
+    )
     for p in PROMPTS:
         assert spec[p]["output_ids"] == plain_outputs[p], f"speculative output differs for {p!r}"
     assert all(spec[p]["meta_info"]["spec_verify_ct"] > 0 for p in PROMPTS)
 
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda p: greedy(srv, p, 8), PROMPTS[:8]))
+    same = sum(
+        r["output_ids"] == plain_outputs[p][:8] for r, p in zip(results, PROMPTS[:8], strict=True)
+    )
+    figures.record("seed-style ids: concurrent requests equal to plain greedy", f"{same} of 8")
     assert [r["output_ids"] for r in results] == [plain_outputs[p][:8] for p in PROMPTS[:8]]
 
 
@@ -122,7 +126,7 @@ def test_stock_sglang_crashes_on_seed_style_ids(server_factory, tiny_target, see
     assert "capturing taps" not in log
 
 
-def test_capture_only_mode_returns_the_declared_taps_exactly(server_factory, tiny_target):
+def test_capture_only_mode_returns_the_declared_taps_exactly(server_factory, tiny_target, figures):
     """SGLang's capture-only mode over HTTP against HF output_hidden_states, fp32."""
     layout = "layer:5,embed,layer:2"  # not ascending: SGLang fills embed, layer:2, layer:5
     srv = server_factory(
@@ -133,6 +137,8 @@ def test_capture_only_mode_returns_the_declared_taps_exactly(server_factory, tin
     )  # fmt: skip
     assert "capturing taps layer:5, embed, layer:2 (SGLang capture indices [0, 3, 6]" in srv.log()
     diff, shifted_diff = capture_vs_hf(srv, tiny_target, (0, 3, 6))  # embed, layer:2, layer:5
+    figures.record("max |diff| capture-only taps vs HF hidden_states[0, 3, 6], fp32", diff)
+    figures.record("max |diff| against the taps shifted by one (for contrast)", shifted_diff)
     assert diff < 1e-4, diff
     # Shifted by one tap (what input-to-layer / output-of-layer confusion gives) is far off.
     assert shifted_diff > 1e-2

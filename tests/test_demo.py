@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+pytestmark = [pytest.mark.sglang, pytest.mark.slow, pytest.mark.timeout(2400)]  # run: 1800 s max
 
 
 def test_demo_orders_accept_lengths_and_stays_lossless(tmp_path):

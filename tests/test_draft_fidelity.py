@@ -41,12 +41,14 @@ def _compare(flat: Path, spec: Path, drafter, out: Path, env_extra=None):
     return proc, (json.loads(out.read_text()) if proc.returncode == 0 else None)
 
 
-def test_norm_before_residual_drafter_matches_speculators(drafter, tmp_path):
+def test_norm_before_residual_drafter_matches_speculators(drafter, tmp_path, figures):
     """The demo's drafter: speculators' defaults (norm_before_residual=True), trained."""
     assert json.loads((drafter.draft_dir / "config.json").read_text())["norm_before_residual"]
     flat = flat_copy_for_target(drafter.draft_dir, drafter.target_dir, tmp_path / "flat")
     proc, on = _compare(flat, drafter.draft_dir, drafter, tmp_path / "on.json")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    figures.record("trained tiny drafter: max |logit diff| with the plugin", on["max_abs_diff"])
+    figures.record("trained tiny drafter: same argmax with the plugin", on["same_argmax"])
     assert on["rows"] == 3 and on["norm_before_residual_flag"]
     assert on["max_abs_diff"] < 1e-4, on
     assert on["same_argmax"], on
@@ -55,12 +57,14 @@ def test_norm_before_residual_drafter_matches_speculators(drafter, tmp_path):
     # Documented behaviour of stock SGLang 0.5.23: the residual is the un-normed fc output.
     proc, off = _compare(flat, drafter.draft_dir, drafter, tmp_path / "off.json", PLUGIN_OFF)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    figures.record("trained tiny drafter: max |logit diff| without", off["max_abs_diff"])
+    figures.record("trained tiny drafter: same argmax without", off["same_argmax"])
     assert not off["norm_before_residual_flag"]
     assert off["max_abs_diff"] > 1e-2, off  # measured 7.7 on the tiny drafter
     assert "plugin loaded" not in proc.stderr
 
 
-def test_two_layer_drafter_with_trained_embedding_matches_speculators(drafter, tmp_path):
+def test_two_layer_drafter_with_trained_embedding_matches_speculators(drafter, tmp_path, figures):
     """speculators' later layers are stock Llama layers (input_layernorm) and
     embed_requires_grad trains the draft's own embedding: stock SGLang drops both."""
     from sglang_eagle3.testing.tiny.random_speculators import write_random_speculators_draft
@@ -69,12 +73,16 @@ def test_two_layer_drafter_with_trained_embedding_matches_speculators(drafter, t
     flat = flat_copy_for_target(src, drafter.target_dir, tmp_path / "flat")
     proc, on = _compare(flat, src, drafter, tmp_path / "on.json")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    figures.record("random 2-layer draft: max |logit diff| with the plugin", on["max_abs_diff"])
+    figures.record("random 2-layer draft: same argmax with the plugin", on["same_argmax"])
     assert on["max_abs_diff"] < 1e-4 and on["same_argmax"], on
     assert "layers.1.input_layernorm.weight -> layers.1.hidden_norm.weight" in proc.stderr
     assert "trained embedding kept" in proc.stderr
 
     proc, off = _compare(flat, src, drafter, tmp_path / "off.json", PLUGIN_OFF)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    figures.record("random 2-layer draft: max |logit diff| without", off["max_abs_diff"])
+    figures.record("random 2-layer draft: same argmax without", off["same_argmax"])
     assert off["max_abs_diff"] > 1e-2, off
 
 

@@ -93,7 +93,7 @@ VARIANTS = {
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("nbr", [True, False], ids=["norm_before_residual", "sglang_residual"])
-def test_matches_speculators(tmp_path, nbr, variant):
+def test_matches_speculators(tmp_path, nbr, variant, figures):
     model = speculators_model(nbr, **VARIANTS[variant])
     model.save_pretrained(str(tmp_path))
     gen = torch.Generator().manual_seed(1)
@@ -105,6 +105,7 @@ def test_matches_speculators(tmp_path, nbr, variant):
     for k, out in enumerate(outs):
         err = (out.logits - ref_logits[k]).abs().max().item()
         print(f"{variant} nbr={nbr} step {k + 1}: max |logit diff| {err:.2e}")
+        figures.record_max("doctor's draft forward vs speculators' model: max |logit diff|", err)
         assert err < 1e-4
         assert torch.equal(out.draft_ids, ref_tokens[k])
 

@@ -81,6 +81,7 @@ def interp_results() -> dict[str, dict]:
     return results
 
 
+@pytest.mark.slow  # one Triton-interpreter run of every case: a minute or more on 2 cores
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_interpreter_matches_fp64_reference(case, interp_results):
     row = interp_results.get(case["id"])
@@ -108,6 +109,24 @@ def test_cpu_auto_takes_the_fallback_bit_for_bit(norm):
     kw = dict(norm=norm, norm_weight=win, norm_weights=wtap, eps=1e-6, num_taps=3)
     got = eagle3_fused_fc(list(x.chunk(3, -1)), w, **kw)
     assert torch.equal(got, eagle3_fused_fc_reference(x, w, **kw))
+
+
+def test_rms_norm_names_its_rounding():
+    """One RMSNorm: HF/speculators round the normed input before the weight, SGLang after."""
+    from sglang_eagle3.ops.rms_norm import rms_norm
+
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(64, 32, generator=g).bfloat16(), (torch.rand(32, generator=g) + 0.5)
+    w = w.bfloat16()
+    x32 = x.float()
+    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6)  # fp32 statistics
+    hf, sglang = (rms_norm(x, w, 1e-6, cast_before_weight=c) for c in (True, False))
+    assert torch.equal(hf, w * normed.bfloat16())
+    assert torch.equal(sglang, (normed * w).bfloat16())
+    assert not torch.equal(hf, sglang)  # bf16: one rounding apart somewhere
+    same = [rms_norm(x32, w.float(), 1e-6, cast_before_weight=c) for c in (True, False)]
+    assert torch.equal(same[0], same[1]) and torch.equal(same[0], normed * w.float())
+    assert rms_norm(x.double(), w.double(), 1e-6, cast_before_weight=True).dtype == torch.float64
 
 
 def test_reference_is_sglang_rmsnorm_order():

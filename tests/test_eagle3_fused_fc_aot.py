@@ -21,9 +21,10 @@ import torch
 from sglang_eagle3.ops.eagle3_fused_fc_dispatch import pick_config
 
 triton = pytest.importorskip("triton")
-pytestmark = pytest.mark.skipif(
-    os.environ.get("TRITON_INTERPRET") == "1", reason="compiles real kernels"
-)
+pytestmark = [
+    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="compiles real kernels"),
+    pytest.mark.slow,  # ptxas for three targets: about 45 s on 2 cores without a Triton cache
+]
 
 H = N = 7168
 SMEM_LIMIT = {90: 232448, 100: 232448, 120: 101376}  # max dynamic shared memory per block

@@ -2,37 +2,25 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from pathlib import Path
 
 import pytest
+from conftest_helpers_layout import (
+    build_speculators_draft,
+    eagle_tensors,
+    flat_config,
+    make_flat_draft,
+    write_json,
+    write_safetensors,
+)
 
 from sglang_eagle3.checkpoint.draft_readers import read_draft
 from sglang_eagle3.checkpoint.flat_draft import MARKER, write_flat_draft
 from sglang_eagle3.checkpoint.safetensors_header import read_checkpoint_tensors
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.layout.conventions import Convention
-
-try:  # pytest puts tests/ (no __init__.py) or the repo root (with one) on sys.path
-    from conftest_helpers_layout import (
-        build_speculators_draft,
-        eagle_tensors,
-        flat_config,
-        make_flat_draft,
-        write_json,
-        write_safetensors,
-    )
-except ImportError:  # pragma: no cover
-    from tests.conftest_helpers_layout import (
-        build_speculators_draft,
-        eagle_tensors,
-        flat_config,
-        make_flat_draft,
-        write_json,
-        write_safetensors,
-    )
 
 
 def snapshot(directory: Path) -> dict[str, str]:
@@ -122,8 +110,8 @@ def test_refusals_write_nothing(spec, source, tmp_path):
     dst = tmp_path / "out" / "flat"
     inside = source / "flat"
     cases = [
-        (dataclasses.replace(spec, layout=None, num_aux=3), source, "no resolved layout"),
-        (dataclasses.replace(spec, format="sglang-flat"), source, "only speculators drafts"),
+        (spec.replace(layout=None, num_aux=3), source, "no resolved layout"),
+        (spec.replace(format="sglang-flat"), source, "only speculators drafts"),
         (spec, tmp_path, "the spec was read from"),
     ]
     for bad_spec, src, match in cases:

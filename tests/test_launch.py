@@ -11,21 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
-try:
-    from conftest_helpers_layout import (
-        build_speculators_draft,
-        flat_config,
-        make_flat_draft,
-        write_json,
-    )
-except ImportError:  # tests/ imported as a package
-    from tests.conftest_helpers_layout import (
-        build_speculators_draft,
-        flat_config,
-        make_flat_draft,
-        write_json,
-    )
+from conftest_helpers_layout import (
+    build_speculators_draft,
+    flat_config,
+    make_flat_draft,
+    write_json,
+)
 
 GOLDEN = Path(__file__).parent / "golden"
 SEED_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
@@ -115,6 +106,12 @@ def test_dry_run_golden_for_a_speculators_draft(tmp_path):
     [
         ("seed flags", ["--speculative-num-steps", "1", "--speculative-eagle-topk", "1",
                         "--speculative-num-draft-tokens", "16"], "--speculative-num-steps 15"),
+        ("tree + rejection sampling", ["--speculative-eagle-topk", "2",
+                                       "--speculative-use-rejection-sampling"],
+         "rejection sampling (or block verification) needs --speculative-eagle-topk 1"),
+        ("tree + trtllm_mha decode", ["--speculative-num-steps", "3", "--speculative-eagle-topk",
+                                      "4", "--decode-attention-backend", "trtllm_mha"],
+         "trtllm_mha attention backend supports only --speculative-eagle-topk 1"),
         ("no draft", ["--no-draft"], "EAGLE3 needs --speculative-draft-model-path"),
         ("missing draft dir", ["--draft", "missing"], "draft directory not found"),
         ("ambiguous ids", ["--ids", "2,4,5"], "do not say which id convention"),

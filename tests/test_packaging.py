@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from sglang_eagle3.launch.cpu_env import harness_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +36,7 @@ def test_import_kernels_resolves_to_site_packages_from_the_repo_root():
     assert Path(ours).resolve() == (ROOT / "kernels" / "eagle3_fused_fc_kernel.py").resolve()
 
 
+@pytest.mark.sglang
 def test_sglang_imports_from_the_repo_root():
     code = (
         "import kernels, sglang.srt.models.deepseek_v2, sglang.srt.models.llama_eagle3; "

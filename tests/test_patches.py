@@ -8,11 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-try:
-    from sglang_checks import capture_vs_hf
-except ImportError:  # tests/ imported as a package
-    from tests.sglang_checks import capture_vs_hf
+from sglang_checks import capture_vs_hf
 
 DRAFTER_SCRIPT = Path(__file__).parent / "scripts" / "drafter_vs_speculators.py"
 

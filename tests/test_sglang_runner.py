@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 SCRIPT = Path(__file__).parent / "scripts" / "runner_vs_hf.py"
 
 
-def test_model_runner_matches_hf_prefill_extend_decode(tiny_target, tmp_path):
+def test_model_runner_matches_hf_prefill_extend_decode(tiny_target, tmp_path, figures):
     out = tmp_path / "result.json"
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), str(tiny_target), str(out)],
@@ -23,6 +23,9 @@ def test_model_runner_matches_hf_prefill_extend_decode(tiny_target, tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
+    figures.record("max |logit diff| SGLang ModelRunner vs HF, fp32", result["max_abs_diff"])
+    figures.record("identical greedy tokens, ModelRunner vs HF", result["same_greedy_tokens"])
+    figures.record("decode steps per row, ModelRunner vs HF", result["decode_steps"])
     kinds = [s["kind"] for s in result["steps"]]
     assert kinds.count("prefill") == 2 and kinds.count("extend") == 2
     assert kinds.count("decode") >= 2 * 5, "at least 5 decode steps for each of the 2 rows"

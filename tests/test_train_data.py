@@ -76,6 +76,37 @@ def test_pickle_needs_explicit_permission(tmp_path):
     assert torch.equal(sample.hidden_states[:, 1], hs[1])
 
 
+def test_pickles_load_weights_only(tmp_path):
+    from fractions import Fraction  # any class torch.load(weights_only=True) will not rebuild
+
+    f = tmp_path / "obj.pt"
+    torch.save({"input_ids": torch.arange(4), "hidden_states": torch.randn(4, 2, 8),
+                "extra": Fraction(1, 3)}, f)  # fmt: skip
+    with pytest.raises(WiringError, match="weights_only=True") as err:
+        TrainData(f, allow_pickle=True)
+    assert err.value.path == str(f) and err.value.fix
+
+
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 12345\n"
+
+
+def test_lfs_pointers_and_truncated_files_get_clear_errors(tmp_path):
+    write(tmp_path / "d")
+    first = tmp_path / "d" / "hidden_states" / "hs_0.safetensors"
+    good = first.read_bytes()
+    for raw, message in [(LFS_POINTER, "Git LFS pointer"), (good[:-10], "data is truncated"),
+                         (good[:5], "too short for a safetensors header")]:  # fmt: skip
+        first.write_bytes(raw)
+        with pytest.raises(WiringError, match=message) as err:
+            TrainData(tmp_path / "d")  # the first file is read for the DataInfo
+        assert err.value.path == str(first)
+    first.write_bytes(good)
+    later = tmp_path / "d" / "hidden_states" / "hs_2.safetensors"
+    later.write_bytes(LFS_POINTER)
+    with pytest.raises(WiringError, match="git lfs pull"):
+        list(TrainData(tmp_path / "d"))
+
+
 def test_corrupt_and_inconsistent_files_are_named(tmp_path):
     write(tmp_path / "d")
     f = tmp_path / "d" / "hidden_states" / "hs_1.safetensors"

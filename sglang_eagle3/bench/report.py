@@ -9,6 +9,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from sglang_eagle3.table import markdown_table as render_markdown
+
 
 def _f(x: float | None, fmt: str = ".1f", suffix: str = "") -> str:
     return "-" if x is None else f"{x:{fmt}}{suffix}"
@@ -21,51 +23,49 @@ def _lossless(row: dict) -> str:
 
 
 HEADER = (
-    "| server | mode | conc | tok/s | speedup | TTFT p50 / p90 ms | ITL p50 / p90 ms "
-    "| TTFT ratio | ITL ratio | accept length | SGLang's accept length | accept rate "
-    "| lossless |"
-)
+    "server", "mode", "conc", "tok/s", "speedup", "TTFT p50 / p90 ms", "ITL p50 / p90 ms",
+    "TTFT ratio", "ITL ratio", "accept length", "SGLang's accept length", "accept rate",
+    "lossless",
+)  # fmt: skip
 
 
 def markdown_table(rows: Sequence[dict]) -> str:
-    lines = [HEADER, "|" + "---|" * HEADER.count(" | ") + "---|"]
-    for r in rows:
-        lines.append(
-            f"| {r['name']} | {r['mode']} | {r['concurrency']} | {_f(r['tok_s'])} "
-            f"| {_f(r['speedup'], '.2f', 'x')} "
-            f"| {_f(r['ttft_ms_median'])} / {_f(r['ttft_ms_p90'])} "
-            f"| {_f(r['itl_ms_median'])} / {_f(r['itl_ms_p90'])} "
-            f"| {_f(r['ttft_ratio'], '.2f', 'x')} | {_f(r['itl_ratio'], '.2f', 'x')} "
-            f"| {_f(r['accept_length'], '.2f')} | {_f(r['sglang_accept_length'], '.2f')} "
-            f"| {_f(r['accept_rate'], '.2f')} | {_lossless(r)} |"
-        )
-    return "\n".join(lines)
+    return render_markdown(HEADER, [
+        [r["name"], r["mode"], str(r["concurrency"]), _f(r["tok_s"]),
+         _f(r["speedup"], ".2f", "x"),
+         f"{_f(r['ttft_ms_median'])} / {_f(r['ttft_ms_p90'])}",
+         f"{_f(r['itl_ms_median'])} / {_f(r['itl_ms_p90'])}",
+         _f(r["ttft_ratio"], ".2f", "x"), _f(r["itl_ratio"], ".2f", "x"),
+         _f(r["accept_length"], ".2f"), _f(r["sglang_accept_length"], ".2f"),
+         _f(r["accept_rate"], ".2f"), _lossless(r)]
+        for r in rows
+    ])  # fmt: skip
 
 
 SGLANG_HEADER = (
-    "| server | mode | conc | output tok/s | TTFT p50 / p90 ms | ITL p50 / p90 ms "
-    "| accept length (server-wide, /server_info) |"
-)
+    "server", "mode", "conc", "output tok/s", "TTFT p50 / p90 ms", "ITL p50 / p90 ms",
+    "accept length (server-wide, /server_info)",
+)  # fmt: skip
 
 
 def sglang_client_table(rows: Sequence[dict]) -> str:
     """The same configurations as measured by `python -m sglang.benchmark.serving`."""
-    lines = [SGLANG_HEADER, "|---|---|---|---|---|---|---|"]
+    cells = []
     for r in rows:
         s = r.get("sglang_client")
         if not s:
             continue
+        head = [r["name"], r["mode"], str(r["concurrency"])]
         if s.get("error"):
-            lines.append(f"| {r['name']} | {r['mode']} | {r['concurrency']} | failed: "
-                         f"{s['error'][:80]} | | | |")  # fmt: skip
+            cells.append([*head, f"failed: {s['error'][:80]}", "", "", ""])
             continue
-        lines.append(
-            f"| {r['name']} | {r['mode']} | {r['concurrency']} | {_f(s['output_throughput'])} "
-            f"| {_f(s['median_ttft_ms'])} / {_f(s['p90_ttft_ms'])} "
-            f"| {_f(s['median_itl_ms'])} / {_f(s['p90_itl_ms'])} "
-            f"| {_f(s.get('accept_length'), '.2f')} |"
-        )
-    return "\n".join(lines)
+        cells.append([
+            *head, _f(s["output_throughput"]),
+            f"{_f(s['median_ttft_ms'])} / {_f(s['p90_ttft_ms'])}",
+            f"{_f(s['median_itl_ms'])} / {_f(s['p90_itl_ms'])}",
+            _f(s.get("accept_length"), ".2f"),
+        ])  # fmt: skip
+    return render_markdown(SGLANG_HEADER, cells)
 
 
 def write_json(path: Path, result: dict) -> None:

@@ -1,97 +1,69 @@
-"""The numbers a draft forward needs, read from a draft's config.json (any supported format).
+"""The numbers a draft forward needs (``DraftArch``), from a draft's config.json in any
+supported format: the EAGLE-3 keys through ``draft_schema``, the Llama layer through
+``LlamaLayer``, whose defaults are transformers' LlamaConfig defaults (speculators saves only
+what differs from them; tests/test_draft_schema.py keeps the two equal).
 
-speculators keeps the Llama fields in ``transformer_layer_config`` and the EAGLE-3 flags at top
-level; SGLang-flat and SpecForge configs keep everything at top level (``norm_before_fc`` may
-sit in ``eagle_config``). The EAGLE-3 flags are read by ``draft_spec``'s field readers, so the
-doctor, the converter and this forward agree on them.
+Pure: the forward's torch and transformers bits (activation, rotary table) live next to it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-import torch
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from sglang_eagle3.checkpoint.config_json import read_config_json
-from sglang_eagle3.checkpoint.draft_spec import DraftFields, flat_fields, speculators_fields
+from sglang_eagle3.checkpoint.draft_schema import (
+    DraftFile,
+    FcNorm,
+    NormBeforeFc,
+    NormBeforeResidual,
+    NormOutput,
+    SpeculatorsDraftConfig,
+    load_draft_file,
+)
 from sglang_eagle3.errors import WiringError
+from sglang_eagle3.layout.schema_base import JSON_STRICT, CheckedModel, SchemaModel
 
-_ACTS = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu}
+HIDDEN_ACTS = ("gelu", "silu")  # the activations the doctor's forward implements
 
 
-@dataclass(frozen=True)
-class DraftConfig:
-    path: str  # the config.json it came from (for error messages)
-    format: str  # "speculators" or "flat"
-    hidden_size: int
-    intermediate_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    num_layers: int
-    rms_norm_eps: float
-    hidden_act: str
-    vocab_size: int  # target vocabulary (embedding rows)
-    draft_vocab_size: int
-    target_hidden_size: int
-    num_aux: int
-    norm_before_fc: bool = False
-    fc_norm: bool = False
-    norm_output: bool = False
-    norm_before_residual: bool = False
-    tie_word_embeddings: bool = False
-    hf: Any = field(default=None, repr=False, compare=False)  # transformers config (rotary)
+class LlamaLayer(SchemaModel):
+    """The Llama decoder layer as the doctor's forward reads it; keys left out take
+    transformers' LlamaConfig defaults."""
 
-    def __post_init__(self) -> None:
-        for name in (
-            "hidden_size",
-            "intermediate_size",
-            "num_heads",
-            "num_kv_heads",
-            "head_dim",
-            "num_layers",
-            "vocab_size",
-            "draft_vocab_size",
-            "target_hidden_size",
-            "num_aux",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise WiringError(f"{name} must be an int >= 1, got {value!r}", path=self.path)
-        if self.num_heads % self.num_kv_heads:
+    model_config = ConfigDict(**JSON_STRICT, protected_namespaces=())  # model_type is a key
+
+    model_type: str = Field("llama", description="Only llama (SGLang serves LlamaForCausalLM).")
+    hidden_size: int = Field(ge=1, description="The draft's hidden size.")
+    intermediate_size: int = Field(11008, ge=1, description="MLP width.")
+    num_hidden_layers: int = Field(32, ge=1, description="Decoder layers.")
+    num_attention_heads: int = Field(32, ge=1, description="Query heads.")
+    num_key_value_heads: int | None = Field(
+        None, ge=1, description="Key/value heads; null: as many as query heads."
+    )
+    head_dim: int | None = Field(
+        None, ge=1, description="Per-head width; null: hidden_size // num_attention_heads."
+    )
+    rms_norm_eps: float = Field(1e-6, gt=0, description="RMSNorm epsilon.")
+    hidden_act: str = Field("silu", description="MLP activation.")
+    vocab_size: int = Field(32000, ge=1, description="The target vocabulary (embedding rows).")
+    tie_word_embeddings: bool = Field(False, description="lm_head shares the embedding.")
+
+    @field_validator("model_type")
+    @classmethod
+    def _llama_only(cls, value: str) -> str:
+        if value != "llama":
             raise WiringError(
-                f"num_attention_heads {self.num_heads} is not a multiple of "
-                f"num_key_value_heads {self.num_kv_heads}",
-                path=self.path,
+                f"transformer layer model_type is {value!r}; only Llama-style EAGLE-3 drafts "
+                "are supported (SGLang 0.5.23 serves them as LlamaForCausalLMEagle3)"
             )
-        if self.hidden_act not in _ACTS:
-            raise WiringError(
-                f"hidden_act {self.hidden_act!r} is not supported (only {sorted(_ACTS)})",
-                path=self.path,
-            )
-        if self.norm_before_fc and self.fc_norm:
-            raise WiringError(
-                "norm_before_fc and fc_norm are both set; they are mutually exclusive",
-                path=self.path,
-            )
-        if not self.rms_norm_eps > 0:
-            raise WiringError(f"rms_norm_eps must be > 0, got {self.rms_norm_eps}", path=self.path)
-
-    def act(self, x: torch.Tensor) -> torch.Tensor:
-        return _ACTS[self.hidden_act](x)
-
-    def rotary_embedding(self) -> torch.nn.Module:
-        """transformers' Llama rotary table for this config (default, llama3, yarn ...)."""
-        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
-
-        if self.hf is None:
-            raise WiringError("this DraftConfig carries no transformers config", path=self.path)
-        return LlamaRotaryEmbedding(self.hf)
+        return value
 
 
-def load_draft_config(draft_dir: str | Path) -> DraftConfig:
+def load_draft_config(draft_dir: str | Path) -> DraftArch:
     """Parse ``draft_dir/config.json``; every problem is a WiringError naming the file."""
     where = str(Path(draft_dir) / "config.json")
     cfg = read_config_json(
@@ -99,88 +71,114 @@ def load_draft_config(draft_dir: str | Path) -> DraftConfig:
         missing="no config.json: not a draft checkpoint directory",
         fix="point at the directory holding the draft's config.json and weights",
     )
-    if "speculators_model_type" in cfg:
-        fields: DraftFields = speculators_fields(cfg, where)
-        llama = cfg.get("transformer_layer_config")
-        fmt = "speculators"
-    else:
-        fields, llama, fmt = flat_fields(cfg, where), cfg, "flat"
-    if not isinstance(llama, dict):
-        raise WiringError("transformer_layer_config must be an object", path=where)
-    conf = _hf_config(llama, where)
-    numbers = _llama_numbers(conf, where)
-    return DraftConfig(
-        path=where,
-        format=fmt,
-        **numbers,
-        draft_vocab_size=fields.draft_vocab or numbers["vocab_size"],
-        target_hidden_size=fields.declared_target_hidden,
-        num_aux=fields.num_aux,
-        norm_before_fc=fields.norm_before_fc,
-        fc_norm=fields.fc_norm,
-        norm_output=fields.norm_output,
-        norm_before_residual=fields.norm_before_residual,
-        tie_word_embeddings=bool(getattr(conf, "tie_word_embeddings", False)),
-        hf=conf,
+    speculators = "speculators_model_type" in cfg
+    f = load_draft_file(cfg, where, speculators=speculators)
+    raw = cfg["transformer_layer_config"] if speculators else cfg
+    prefix = "transformer_layer_config." if speculators else ""
+    layer = LlamaLayer.load(raw, path=where, prefix=prefix)
+    return DraftArch.from_file(f, path=where, layer=layer, layer_config=raw)
+
+
+class DraftArch(CheckedModel):
+    """The numbers the doctor's reference forward needs: the Llama layer with transformers'
+    defaults filled in, the EAGLE-3 widths and flags."""
+
+    path_field: ClassVar[str] = "path"
+
+    path: str = Field(description="The config.json it came from (for error messages).")
+    format: Literal["speculators", "flat"] = Field(description="Where the layer keys sit.")
+    hidden_size: int = Field(ge=1, description="The draft's hidden size.")
+    intermediate_size: int = Field(ge=1, description="MLP width.")
+    num_heads: int = Field(ge=1, description="num_attention_heads.")
+    num_kv_heads: int = Field(ge=1, description="num_key_value_heads.")
+    head_dim: int = Field(ge=1, description="Per-head width.")
+    num_layers: int = Field(ge=1, description="Decoder layers.")
+    rms_norm_eps: float = Field(gt=0, description="RMSNorm epsilon.")
+    hidden_act: str = Field(description=f"MLP activation, one of {list(HIDDEN_ACTS)}.")
+    vocab_size: int = Field(ge=1, description="The target vocabulary (embedding rows).")
+    draft_vocab_size: int = Field(ge=1, description="Rows of lm_head.")
+    target_hidden_size: int = Field(ge=1, description="Width of each tap.")
+    num_aux: int = Field(ge=1, description="Taps the fc takes.")
+    norm_before_fc: NormBeforeFc = False
+    fc_norm: FcNorm = False
+    norm_output: NormOutput = False
+    norm_before_residual: NormBeforeResidual = False
+    tie_word_embeddings: bool = Field(False, description="lm_head shares the embedding.")
+    layer_config: dict[str, Any] = Field(
+        default_factory=dict,
+        repr=False,
+        description="The layer keys as config.json states them (for transformers' rotary).",
     )
 
-
-def _hf_config(d: dict, where: str) -> Any:
-    """The transformers config class for ``model_type`` built from ``d``, so fields left out
-    (speculators saves only the diff against the class defaults) take the class defaults."""
-    from transformers import AutoConfig
-
-    model_type = d.get("model_type", "llama")
-    if model_type != "llama":
-        raise WiringError(
-            f"transformer layer model_type is {model_type!r}; only Llama-style EAGLE-3 drafts "
-            "are supported (SGLang 0.5.23 serves them as LlamaForCausalLMEagle3)",
-            path=where,
+    @classmethod
+    def from_file(
+        cls, f: DraftFile, *, path: str, layer: LlamaLayer, layer_config: Mapping[str, Any]
+    ) -> DraftArch:
+        """The forward's numbers for draft ``f`` with Llama layer ``layer`` (as
+        ``layer_config`` states it), read from ``path``."""
+        heads = layer.num_attention_heads
+        return cls(
+            path=path,
+            format="speculators" if isinstance(f, SpeculatorsDraftConfig) else "flat",
+            hidden_size=layer.hidden_size,
+            intermediate_size=layer.intermediate_size,
+            num_heads=heads,
+            num_kv_heads=layer.num_key_value_heads or heads,
+            head_dim=layer.head_dim or layer.hidden_size // heads,
+            num_layers=layer.num_hidden_layers,
+            rms_norm_eps=layer.rms_norm_eps,
+            hidden_act=layer.hidden_act,
+            vocab_size=layer.vocab_size,
+            draft_vocab_size=f.draft_vocab_size or layer.vocab_size,
+            target_hidden_size=f.declared_target_hidden,
+            num_aux=f.num_aux,
+            **f.flags().model_dump(),
+            tie_word_embeddings=layer.tie_word_embeddings,
+            layer_config=dict(layer_config),
         )
-    kwargs = {k: v for k, v in d.items() if k != "model_type"}
-    try:
-        return AutoConfig.for_model(model_type, **kwargs)
-    except (TypeError, ValueError) as err:
-        raise WiringError(f"cannot build a Llama config from it ({err})", path=where) from None
 
-
-def _llama_numbers(conf: Any, where: str) -> dict[str, Any]:
-    def num(name: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise WiringError(f"field {name} must be an int, got {value!r}", path=where)
+    @field_validator("hidden_act")
+    @classmethod
+    def _known_act(cls, value: str) -> str:
+        if value not in HIDDEN_ACTS:
+            raise WiringError(f"hidden_act {value!r} is not supported (only {sorted(HIDDEN_ACTS)})")
         return value
 
-    hidden = num("hidden_size", conf.hidden_size)
-    heads = num("num_attention_heads", conf.num_attention_heads)
-    head_dim = getattr(conf, "head_dim", None) or hidden // heads
-    return {
-        "hidden_size": hidden,
-        "intermediate_size": num("intermediate_size", conf.intermediate_size),
-        "num_heads": heads,
-        "num_kv_heads": num("num_key_value_heads", conf.num_key_value_heads or heads),
-        "head_dim": num("head_dim", head_dim),
-        "num_layers": num("num_hidden_layers", conf.num_hidden_layers),
-        "rms_norm_eps": float(conf.rms_norm_eps),
-        "hidden_act": str(conf.hidden_act),
-        "vocab_size": num("vocab_size", conf.vocab_size),
-    }
+    @model_validator(mode="after")
+    def _heads_divide(self) -> DraftArch:
+        if self.num_heads % self.num_kv_heads:
+            raise WiringError(
+                f"num_attention_heads {self.num_heads} is not a multiple of "
+                f"num_key_value_heads {self.num_kv_heads}",
+                path=self.path,
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _one_fc_norm(self) -> DraftArch:
+        if self.norm_before_fc and self.fc_norm:
+            raise WiringError(
+                "norm_before_fc and fc_norm are both set; they are mutually exclusive",
+                path=self.path,
+            )
+        return self
 
 
-def check_weights(c: DraftConfig, w: dict[str, torch.Tensor], embed: Any) -> None:
-    """Every tensor the forward needs, with the shape ``c`` implies; ``embed`` is the
-    embedding table (``hidden_size``, ``vocab_size``, ``path``)."""
+def expected_shapes(c: DraftArch) -> dict[str, tuple[int, ...]]:
+    """Every tensor the forward needs, with the shape ``c`` implies."""
     expect = {
         "fc.weight": (c.hidden_size, c.num_aux * c.target_hidden_size),
         "norm.weight": (c.hidden_size,),
         "lm_head.weight": (c.draft_vocab_size, c.hidden_size),
     }
+    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
     for i in range(c.num_layers):
         width = 2 * c.hidden_size if i == 0 else c.hidden_size
         p = f"layers.{i}."
-        expect[p + "self_attn.q_proj.weight"] = (c.num_heads * c.head_dim, width)
-        expect[p + "self_attn.k_proj.weight"] = (c.num_kv_heads * c.head_dim, width)
-        expect[p + "self_attn.v_proj.weight"] = (c.num_kv_heads * c.head_dim, width)
-        expect[p + "self_attn.o_proj.weight"] = (c.hidden_size, c.num_heads * c.head_dim)
+        expect[p + "self_attn.q_proj.weight"] = (q, width)
+        expect[p + "self_attn.k_proj.weight"] = (kv, width)
+        expect[p + "self_attn.v_proj.weight"] = (kv, width)
+        expect[p + "self_attn.o_proj.weight"] = (c.hidden_size, q)
         expect[p + "mlp.gate_proj.weight"] = (c.intermediate_size, c.hidden_size)
         expect[p + "mlp.up_proj.weight"] = (c.intermediate_size, c.hidden_size)
         expect[p + "mlp.down_proj.weight"] = (c.hidden_size, c.intermediate_size)
@@ -192,7 +190,13 @@ def check_weights(c: DraftConfig, w: dict[str, torch.Tensor], embed: Any) -> Non
     if c.fc_norm:
         for i in range(c.num_aux):
             expect[f"fc_norm.{i}.weight"] = (c.target_hidden_size,)
-    for name, shape in expect.items():
+    return expect
+
+
+def check_weights(c: DraftArch, w: Mapping[str, Any], embed: Any) -> None:
+    """``w``: name -> tensor (anything with ``.shape``); ``embed`` is the embedding table
+    (``hidden_size``, ``vocab_size``, ``path``)."""
+    for name, shape in expected_shapes(c).items():
         if name not in w:
             raise WiringError(f"the weights have no {name}", path=c.path)
         if tuple(w[name].shape) != shape:

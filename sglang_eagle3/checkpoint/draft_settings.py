@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from sglang_eagle3 import env_names
 from sglang_eagle3.checkpoint.draft_spec import DraftSpec
 from sglang_eagle3.layout.conventions import stock_sglang_deepseek_capture
+from sglang_eagle3.table import text_table
 
 OK, REFUSED, NOT_ENFORCED = "honoured", "refused", "not enforced"
 
@@ -63,7 +65,7 @@ def draft_settings(
         served = (
             f"{OK} (plugin: residual = hidden_norm(fc out))"
             if norm_fix
-            else "NOT honoured (SGLANG_EAGLE3_NORM_BEFORE_RESIDUAL=0, for measurement)"
+            else f"NOT honoured ({env_names.NORM_BEFORE_RESIDUAL}=0, for measurement)"
         )
         rows.append(
             Setting(
@@ -174,7 +176,4 @@ def render(rows: list[Setting], indent: str = "        ") -> list[str]:
     """Aligned text lines: setting, trained, stock SGLang 0.5.23, served here."""
     head = ("setting", "trained", "stock SGLang 0.5.23", "served here")
     cells = [head] + [(r.name, r.trained, r.stock, r.served) for r in rows]
-    widths = [max(len(c[i]) for c in cells) for i in range(3)]
-    return [
-        indent + "  ".join(c[i].ljust(widths[i]) for i in range(3)) + "  " + c[3] for c in cells
-    ]
+    return text_table(cells, indent=indent)

@@ -1,5 +1,8 @@
 """Which draft tensors SGLang 0.5.23's EAGLE-3 drafter really loads (pure: no torch, no sglang).
 
+The one copy of SGLang's load-time name mapping: the plugin's load check and the doctor's
+weight loader (draft_weights) both read names through it.
+
 `LlamaForCausalLMEagle3.load_weights` skips, without a word, every tensor whose name matches no
 parameter, and leaves parameters no tensor matched as they were allocated. Both mean the server
 runs a network other than the one trained; the plugin checks both at load and refuses.
@@ -31,12 +34,23 @@ NOT_SERVED = ("rotary_emb.inv_freq", "verifier_lm_head.", "verifier_norm.")
 _LATER_INPUT_NORM = re.compile(r"(?:model\.)?layers\.(\d+)\.input_layernorm\.weight")
 
 
-def sglang_param_name(name: str, params: Iterable[str] | set[str]) -> str | None:
-    """The parameter SGLang loads checkpoint tensor ``name`` into, or None when it drops it."""
-    params = params if isinstance(params, set) else set(params)
+def legacy_renamed(name: str) -> str:
+    """``name`` after SGLang's legacy renames (SpecForge's ``midlayer``, ``aux_norm_*``)."""
     for legacy, new in LEGACY_NAMES.items():
         if legacy in name:
             name = name.replace(legacy, new)
+    return name
+
+
+def not_served(name: str) -> bool:
+    """A tensor serving never reads: a RoPE cache or speculators' frozen verifier copies."""
+    return any(v in name for v in NOT_SERVED)
+
+
+def sglang_param_name(name: str, params: Iterable[str] | set[str]) -> str | None:
+    """The parameter SGLang loads checkpoint tensor ``name`` into, or None when it drops it."""
+    params = params if isinstance(params, set) else set(params)
+    name = legacy_renamed(name)
     for fused, part in STACKED:
         if part in name:
             name = name.replace(part, fused)
@@ -73,7 +87,7 @@ def load_gaps(
     params = set(params)
     loaded, dropped = set(), []
     for name in names:
-        if any(v in name for v in VOCAB_MAPS + NOT_SERVED):
+        if not_served(name) or any(v in name for v in VOCAB_MAPS):
             continue
         target = sglang_param_name(name, params)
         if target is None:

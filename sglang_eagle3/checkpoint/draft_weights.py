@@ -1,36 +1,35 @@
 """Load an EAGLE-3 draft's tensors from safetensors only (no pickle), under one set of names.
 
 Names are normalised to speculators' / SGLang-flat spelling (``fc.weight``, ``layers.0.*``,
-``norm.weight``, ``lm_head.weight``, ``d2t`` ...): a ``model.`` prefix is dropped, SpecForge's
-``midlayer.`` becomes ``layers.0.`` and its ``aux_norm_{low,mid,high}`` become ``fc_norm.{0,1,2}``
-(the renames SGLang applies at load). Training-only tensors (``verifier_*``) are skipped.
+``norm.weight``, ``lm_head.weight``, ``d2t`` ...): a ``model.`` prefix is dropped and SGLang's
+own load-time renames apply (draft_weight_names: SpecForge's ``midlayer.`` -> ``layers.0.``,
+``aux_norm_{low,mid,high}`` -> ``fc_norm.{0,1,2}``). Tensors serving never reads are skipped.
 
+Files are opened with safetensors' ``safe_open``; when it refuses one, the pure header reader
+(safetensors_header) names the cause: a Git LFS pointer, a truncated file, a corrupt header.
 The embedding can be huge (Kimi: 163840 x 7168) while an evaluation touches a few thousand rows,
 so :class:`RowTable` reads rows on demand from the mapped file instead of loading the matrix.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
 
+from sglang_eagle3.checkpoint.draft_weight_names import legacy_renamed, not_served
 from sglang_eagle3.checkpoint.safetensors_header import (
     INDEX_NAME,
-    read_checkpoint_tensors,
     read_index,
+    read_safetensors_header,
     safetensors_files,
 )
 from sglang_eagle3.errors import WiringError
 
-_RENAMES = (
-    ("midlayer.", "layers.0."),
-    ("aux_norm_low.", "fc_norm.0."),
-    ("aux_norm_mid.", "fc_norm.1."),
-    ("aux_norm_high.", "fc_norm.2."),
-)
-_SKIP_PREFIXES = ("verifier_lm_head.", "verifier_norm.")
 EMBED_NAMES = ("embed_tokens.weight",)
 # Above this size the embedding is read row by row instead of loaded whole.
 LAZY_EMBED_BYTES = 256 * 1024 * 1024
@@ -54,14 +53,22 @@ def torch_dtype(name: str, path: str | Path) -> torch.dtype:
     return _DTYPES[name]
 
 
+@contextmanager
+def open_safetensors(path: str | Path) -> Iterator[Any]:
+    """``safe_open(path, framework="pt")``; a file it refuses raises a WiringError that names
+    the cause (Git LFS pointer, truncated or corrupt file) and the path."""
+    try:
+        handle = safe_open(str(path), framework="pt")
+    except Exception as err:  # SafetensorError, OSError
+        read_safetensors_header(path)  # raises the clear error when the bytes explain it
+        raise WiringError(f"cannot read safetensors file ({err})", path=str(path)) from None
+    with handle:
+        yield handle
+
+
 def canonical_name(name: str) -> str:
     """SGLang's load-time renames, applied once so every format reads alike."""
-    if name.startswith("model."):
-        name = name[len("model.") :]
-    for old, new in _RENAMES:
-        if name.startswith(old):
-            name = new + name[len(old) :]
-    return name
+    return legacy_renamed(name.removeprefix("model."))
 
 
 def tensor_files(directory: str | Path) -> dict[str, Path]:
@@ -74,16 +81,23 @@ def tensor_files(directory: str | Path) -> dict[str, Path]:
             path=str(directory),
             fix="save the checkpoint with safetensors (save_pretrained does by default)",
         )
-    if files[0].name == INDEX_NAME:
-        read_checkpoint_tensors(files[0])  # validates every shard header first
-        return {k: directory / v for k, v in read_index(files[0]).items()}
-    out: dict[str, Path] = {}
-    for f in files:
-        read_checkpoint_tensors(f)  # clear error for a truncated or corrupt file
-        with safe_open(str(f), framework="pt") as handle:
-            for key in handle.keys():
-                out[key] = f
-    return out
+    if files[0].name != INDEX_NAME:
+        out: dict[str, Path] = {}
+        for f in files:
+            with open_safetensors(f) as handle:
+                out.update(dict.fromkeys(handle.keys(), f))
+        return out
+    weight_map = read_index(files[0])
+    for shard in sorted(set(weight_map.values())):
+        with open_safetensors(directory / shard) as handle:
+            held = set(handle.keys())
+        for name, where in weight_map.items():
+            if where == shard and name not in held:
+                raise WiringError(
+                    f"index maps {name!r} to {shard} but that shard does not hold it",
+                    path=str(files[0]),
+                )
+    return {name: directory / shard for name, shard in weight_map.items()}
 
 
 def load_tensors(
@@ -101,10 +115,10 @@ def load_tensors(
         by_file.setdefault(f, []).append(name)
     for f, names in by_file.items():
         try:
-            with safe_open(str(f), framework="pt", device="cpu") as handle:
+            with open_safetensors(f) as handle:
                 for name in names:
                     key = canonical_name(name)
-                    if key in skip or key.startswith(_SKIP_PREFIXES):
+                    if key in skip or not_served(key):
                         continue
                     t = handle.get_tensor(name)
                     if t.is_floating_point() and dtype is not None:
@@ -121,7 +135,7 @@ def stored_dtype(directory: str | Path, name: str = "fc.weight") -> torch.dtype:
     """The dtype a checkpoint stores ``name`` in (for ``dtype="auto"``)."""
     for key, f in tensor_files(directory).items():
         if canonical_name(key) == name:
-            with safe_open(str(f), framework="pt") as handle:
+            with open_safetensors(f) as handle:
                 return torch_dtype(handle.get_slice(key).get_dtype(), f)
     raise WiringError(f"the weights have no {name}", path=str(directory))
 
@@ -131,7 +145,7 @@ class RowTable:
 
     def __init__(self, path: Path, name: str, *, dtype: torch.dtype | None, device: str) -> None:
         self.path, self.name, self.device = Path(path), name, device
-        with safe_open(str(self.path), framework="pt") as handle:
+        with open_safetensors(self.path) as handle:
             sl = handle.get_slice(name)
             shape = sl.get_shape()
             stored = torch_dtype(sl.get_dtype(), path)
@@ -146,7 +160,7 @@ class RowTable:
             self._full = self._read(slice(None)).to(device)
 
     def _read(self, index: slice) -> torch.Tensor:
-        with safe_open(str(self.path), framework="pt") as handle:
+        with open_safetensors(self.path) as handle:
             return handle.get_slice(self.name)[index].to(self.dtype)
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
@@ -161,7 +175,7 @@ class RowTable:
             return self._full[ids.to(self._full.device)]
         wanted = [i for i in torch.unique(ids).tolist() if i not in self._rows]
         if wanted:
-            with safe_open(str(self.path), framework="pt") as handle:
+            with open_safetensors(self.path) as handle:
                 sl = handle.get_slice(self.name)
                 for i in wanted:
                     self._rows[i] = sl[i : i + 1][0].to(self.dtype).to(self.device)
@@ -178,8 +192,10 @@ class RowTable:
 def load_tensor(path: Path, name: str) -> torch.Tensor:
     """One tensor by its stored name."""
     try:
-        with safe_open(str(path), framework="pt") as handle:
+        with open_safetensors(path) as handle:
             return handle.get_tensor(name)
+    except WiringError:
+        raise
     except Exception as err:  # safetensors raises its own error types
         raise WiringError(f"cannot read {name} ({err})", path=str(path)) from None
 

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from sglang_eagle3 import __version__
+from sglang_eagle3.checkpoint.draft_schema import FLAT_ARCH
 from sglang_eagle3.checkpoint.draft_spec import DraftSpec
 from sglang_eagle3.checkpoint.safetensors_header import INDEX_NAME, read_index, safetensors_files
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.layout.conventions import Convention
+from sglang_eagle3.layout.hidden_state_layout import HiddenStateLayout
 
 MARKER = "sglang_eagle3_conversion.json"
-FLAT_ARCH = "LlamaForCausalLMEagle3"
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -89,50 +90,31 @@ def write_flat_draft(spec: DraftSpec, src_dir: str | Path, dst_dir: str | Path) 
     src = Path(src_dir).resolve()
     dst = Path(dst_dir).absolute()
     cfg_path = src / "config.json"
-    if spec.format != "speculators":
-        raise WiringError(
-            f"only speculators drafts need converting; this one is {spec.format}",
-            path=spec.config_path,
-            fix="serve it as it is",
-        )
-    if Path(spec.config_path).resolve() != cfg_path:
-        raise WiringError(f"the spec was read from {spec.config_path}, not from {src}")
-    if spec.layout is None:
-        raise WiringError("the draft has no resolved layout", path=spec.config_path)
-    if dst.resolve() == src or src in dst.resolve().parents:
-        raise WiringError(
-            "the output directory is the source or inside it",
-            path=str(dst),
-            fix="write the flat draft to a new directory outside the source",
-        )
+    layout = _check_convertible(spec, src, dst)
     raw = _read_bytes(cfg_path)
     try:
         cfg = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise WiringError(f"config is not valid JSON ({err})", path=str(cfg_path)) from None
-    config = flat_config(cfg, spec)
+    files = {
+        "config.json": flat_config(cfg, spec),
+        MARKER: {  # written last: a marker means a complete conversion
+            "tool": "sglang_eagle3",
+            "version": __version__,
+            "source": str(src),
+            "source_config_sha256": hashlib.sha256(raw).hexdigest(),
+            "hidden_state_layout": layout.names(),
+        },
+    }
     weights = _weight_files(src)
     replace = _check_destination(dst, src)
-    marker = {
-        "tool": "sglang_eagle3",
-        "version": __version__,
-        "source": str(src),
-        "source_config_sha256": hashlib.sha256(raw).hexdigest(),
-        "hidden_state_layout": spec.layout.names(),
-    }
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.parent / f".{dst.name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        _write_json(tmp / "config.json", config)
-        for f in weights:
-            _link_or_copy(f, tmp / f.name)
-        for name in TOKENIZER_FILES:
-            if (src / name).is_file():
-                shutil.copy2(src / name, tmp / name)
-        _write_json(tmp / MARKER, marker)  # last: a marker means a complete conversion
+        _fill(tmp, src, files, weights)
         if replace:
             shutil.rmtree(dst)
         elif dst.exists():
@@ -142,6 +124,39 @@ def write_flat_draft(spec: DraftSpec, src_dir: str | Path, dst_dir: str | Path) 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dst
+
+
+def _check_convertible(spec: DraftSpec, src: Path, dst: Path) -> HiddenStateLayout:
+    """The layout to write, once ``spec`` is a speculators draft read from ``src`` and ``dst``
+    lies outside it."""
+    if spec.format != "speculators":
+        raise WiringError(
+            f"only speculators drafts need converting; this one is {spec.format}",
+            path=spec.config_path,
+            fix="serve it as it is",
+        )
+    if Path(spec.config_path).resolve() != src / "config.json":
+        raise WiringError(f"the spec was read from {spec.config_path}, not from {src}")
+    if spec.layout is None:
+        raise WiringError("the draft has no resolved layout", path=spec.config_path)
+    if dst.resolve() == src or src in dst.resolve().parents:
+        raise WiringError(
+            "the output directory is the source or inside it",
+            path=str(dst),
+            fix="write the flat draft to a new directory outside the source",
+        )
+    return spec.layout
+
+
+def _fill(tmp: Path, src: Path, files: dict[str, dict[str, Any]], weights: list[Path]) -> None:
+    """config.json, the weights (linked), the tokenizer files, then the marker, into ``tmp``."""
+    _write_json(tmp / "config.json", files["config.json"])
+    for f in weights:
+        _link_or_copy(f, tmp / f.name)
+    for name in TOKENIZER_FILES:
+        if (src / name).is_file():
+            shutil.copy2(src / name, tmp / name)
+    _write_json(tmp / MARKER, files[MARKER])
 
 
 def flat_copy_for_target(

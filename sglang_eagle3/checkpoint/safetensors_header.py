@@ -3,6 +3,12 @@
 Format: 8-byte little-endian header length N, then N bytes of JSON
 ``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}``, then the
 data buffer. Reading only the header keeps a 100 GB checkpoint check instant and torch-free.
+
+Pure on purpose: the launcher's readers (draft_readers, flat_draft) run with no third-party
+package (the core declares no dependencies; tests/test_taps_conventions.py checks that torch,
+numpy and safetensors stay unimported), and safetensors' ``safe_open`` imports torch
+(framework "pt") or numpy ("np") to open a file. Code that holds torch anyway opens files with
+``draft_weights.open_safetensors``, which comes back here to explain a file it refuses.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ metadata), which speculators ignores. Also read: a bare ``hidden_states/`` direc
 ``hs_*.safetensors`` file (loss mask all ones), and, only with ``allow_pickle=True``, torch
 ``.pt`` files (older speculators and ad-hoc dumps: ``input_ids``/``token_ids``,
 ``hidden_states`` as a tensor or a list of per-tap tensors, optional ``loss_mask``).
+
+``.pt`` files are loaded with ``torch.load(weights_only=True)``: tensors and plain containers
+only, never arbitrary objects. It is still a pickle parser, so reading one stays an opt-in.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from sglang_eagle3.checkpoint.safetensors_header import read_safetensors_header
+from sglang_eagle3.checkpoint.draft_weights import open_safetensors
 from sglang_eagle3.data.arrow import HS_DIR, META_NAME, read_rows
 from sglang_eagle3.data.writer import TrainDataWriter
 from sglang_eagle3.errors import WiringError
@@ -38,7 +41,10 @@ from sglang_eagle3.layout.taps import Tap, format_taps, parse_taps
 
 __all__ = ["DataInfo", "Sample", "TrainData", "TrainDataWriter", "HS_DIR", "META_NAME"]
 _HS_RE = re.compile(r"hs_(\d+)\.safetensors")
-_PICKLE_FIX = "pass allow_pickle=True (--allow-pickle) if you trust the file: torch.load runs code"
+_PICKLE_FIX = (
+    "pass allow_pickle=True (--allow-pickle) to read it with torch.load(weights_only=True), "
+    "or convert it to safetensors"
+)
 
 
 @dataclass(frozen=True)
@@ -127,15 +133,17 @@ class TrainData:
             s = self._load(0, first, None)
             shape, dtype, meta = tuple(s.hidden_states.shape), str(s.hidden_states.dtype), {}
         else:
-            header = read_safetensors_header(first)
-            if "hidden_states" not in header or "token_ids" not in header:
-                raise WiringError(
-                    f"holds {sorted(header)}; expected hidden_states and token_ids",
-                    path=str(first),
-                    fix="point at data written by speculators generate-offline-data",
-                )
-            dtype_name, shape = header["hidden_states"]
-            dtype, meta = dtype_name, _file_meta(first)
+            with open_safetensors(first) as handle:
+                names = sorted(handle.keys())
+                if "hidden_states" not in names or "token_ids" not in names:
+                    raise WiringError(
+                        f"holds {names}; expected hidden_states and token_ids",
+                        path=str(first),
+                        fix="point at data written by speculators generate-offline-data",
+                    )
+                stored = handle.get_slice("hidden_states")
+                dtype, shape = stored.get_dtype(), tuple(stored.get_shape())
+                meta = _file_meta(handle.metadata())
         if len(shape) != 3:
             raise WiringError(
                 f"hidden_states has shape {list(shape)}; expected [seq, num_taps, hidden]",
@@ -245,12 +253,9 @@ def _file_index(p: Path) -> int:
     return int(m.group(1)) if m else 0
 
 
-def _file_meta(f: Path) -> dict:
-    from safetensors import safe_open
-
-    with safe_open(str(f), framework="pt") as handle:
-        meta = handle.metadata() or {}
-    raw = meta.get("sglang_eagle3")
+def _file_meta(meta: dict[str, str] | None) -> dict:
+    """The writer's keys from a file's safetensors metadata ({} when absent or unreadable)."""
+    raw = (meta or {}).get("sglang_eagle3")
     try:
         return json.loads(raw) if raw else {}
     except json.JSONDecodeError:
@@ -258,20 +263,22 @@ def _file_meta(f: Path) -> dict:
 
 
 def _safetensors_load(f: Path) -> dict:
-    from safetensors.torch import load_file
-
-    read_safetensors_header(f)  # a readable error for truncated or corrupt files first
-    try:
-        return load_file(str(f))
-    except Exception as err:  # safetensors raises its own error types
-        raise WiringError(f"cannot read safetensors file ({err})", path=str(f)) from None
+    with open_safetensors(f) as handle:
+        try:
+            return {name: handle.get_tensor(name) for name in handle.keys()}
+        except Exception as err:  # safetensors raises its own error types
+            raise WiringError(f"cannot read safetensors file ({err})", path=str(f)) from None
 
 
 def _torch_load(f: Path) -> dict:
-    try:
-        data = torch.load(str(f), map_location="cpu", weights_only=False)
+    try:  # weights_only: tensors and plain containers, never code from the file
+        data = torch.load(str(f), map_location="cpu", weights_only=True)
     except Exception as err:  # pickle errors come in many types
-        raise WiringError(f"cannot torch.load it ({err})", path=str(f)) from None
+        raise WiringError(
+            f"cannot torch.load it with weights_only=True ({err})",
+            path=str(f),
+            fix="save only tensors, lists and dicts in it (or convert it to safetensors)",
+        ) from None
     if not isinstance(data, dict):
         raise WiringError(f"holds a {type(data).__name__}, expected a dict", path=str(f))
     return data

@@ -225,7 +225,11 @@ def parse_args(argv: list[str] | None) -> tuple[DoctorOptions, bool]:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--steps", type=int, default=3, help="chained draft steps to score (3)")
     p.add_argument("--max-tokens", type=int, default=4096, help="draft positions to score")
-    p.add_argument("--allow-pickle", action="store_true", help="allow torch.load of .pt data")
+    p.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="read .pt data with torch.load(weights_only=True): tensors and plain containers only",
+    )
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="auto", help="auto (as stored), float32, bfloat16")
     p.add_argument("--served-by", default="plugin", choices=SERVED_BY)

@@ -22,25 +22,45 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from sglang_eagle3.checkpoint.draft_config import DraftConfig, check_weights, load_draft_config
+from sglang_eagle3.checkpoint.draft_config import (
+    HIDDEN_ACTS,
+    DraftArch,
+    check_weights,
+    load_draft_config,
+)
 from sglang_eagle3.checkpoint.draft_weights import RowTable, find_tensor, load_tensors, stored_dtype
 from sglang_eagle3.doctor.draft_attention import LayerCache, attention
 from sglang_eagle3.errors import WiringError
+from sglang_eagle3.ops.rms_norm import rms_norm as _rms_norm
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_ACTS = {name: getattr(F, name) for name in HIDDEN_ACTS}  # the schema allows only these
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """HF/SGLang RMSNorm: statistics in fp32, result cast back before the weight."""
-    dtype = x.dtype
-    x32 = x.float()
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(dtype)
+def act(name: str, x: torch.Tensor) -> torch.Tensor:
+    return _ACTS[name](x)
+
+
+def rotary_embedding(c: DraftArch) -> torch.nn.Module:
+    """transformers' Llama rotary table for this config (default, llama3, yarn ...)."""
+    from transformers import AutoConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    kwargs = {k: v for k, v in c.layer_config.items() if k != "model_type"}
+    try:
+        return LlamaRotaryEmbedding(AutoConfig.for_model("llama", **kwargs))
+    except Exception as err:  # transformers 5 validates with its own error types
+        raise WiringError(f"cannot build a Llama config from it ({err})", path=c.path) from None
+
+
+# speculators trains with HF's LlamaRMSNorm: the normed input is rounded before the weight
+rms_norm = partial(_rms_norm, cast_before_weight=True)
 
 
 @dataclass
@@ -58,7 +78,7 @@ class Eagle3Draft:
 
     def __init__(
         self,
-        config: DraftConfig,
+        config: DraftArch,
         weights: dict[str, torch.Tensor],
         embed: RowTable,
         *,
@@ -69,7 +89,7 @@ class Eagle3Draft:
         check_weights(config, weights, embed)
         self.dtype = weights["fc.weight"].dtype
         self.device = weights["fc.weight"].device
-        self.rope = c.rotary_embedding().to(self.device)
+        self.rope = rotary_embedding(c).to(self.device)
         d2t = weights.get("d2t")
         self.hot_ids = (
             None if d2t is None else d2t.long() + torch.arange(len(d2t), device=d2t.device)
@@ -131,7 +151,7 @@ class Eagle3Draft:
         h = residual + self._linear(attn, p + "self_attn.o_proj")
         m = rms_norm(h, self.w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
         gate, up = self._linear(m, p + "mlp.gate_proj"), self._linear(m, p + "mlp.up_proj")
-        return h + self._linear(c.act(gate) * up, p + "mlp.down_proj")
+        return h + self._linear(act(c.hidden_act, gate) * up, p + "mlp.down_proj")
 
     def _linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
         return F.linear(x, self.w[name + ".weight"], self.w.get(name + ".bias"))

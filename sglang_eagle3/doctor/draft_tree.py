@@ -21,6 +21,7 @@ import torch
 
 from sglang_eagle3.doctor.draft_attention import LayerCache
 from sglang_eagle3.doctor.draft_forward import Eagle3Draft
+from sglang_eagle3.draft_tree_size import max_draft_tokens
 from sglang_eagle3.errors import WiringError
 
 
@@ -34,11 +35,12 @@ class TreeScore:
 
 
 def check_tree(steps: int, topk: int, draft_tokens: int) -> None:
-    most = topk + (steps - 1) * topk * topk
-    if steps < 1 or topk < 1 or not 2 <= draft_tokens <= most + 1:
+    """The doctor's tree flags, under the same bound the launcher puts on SGLang's."""
+    most = max_draft_tokens(steps, topk)
+    if steps < 1 or topk < 1 or not 2 <= draft_tokens <= most:
         raise WiringError(
             f"--steps {steps} --topk {topk} --draft-tokens {draft_tokens}: a tree of "
-            f"{steps} steps and topk {topk} has 2 .. {most + 1} draft tokens (root included)"
+            f"{steps} steps and topk {topk} has 2 .. {most} draft tokens (root included)"
         )
 
 

@@ -15,6 +15,7 @@ from sglang_eagle3.doctor.candidates import DraftLayouts
 from sglang_eagle3.doctor.evaluate import Result, paired_z
 from sglang_eagle3.doctor.target import TargetCheck
 from sglang_eagle3.layout.taps import Tap, format_taps
+from sglang_eagle3.table import text_table
 
 OK, BAD, UNKNOWN = "ok", "served layout is wrong", "cannot tell"
 
@@ -61,29 +62,28 @@ class Report:
             f"declared: {self.declared['text']}",
             f"served:   {self.served['text']}",
             "",
-            f"{'layout (taps)':<34} {'step1':>6} {'p2|1':>6} {'p3|2':>6} {'accept':>6} "
-            f"{'replay':>6}  candidate",
         ]
-        shown = 0
+        table = [["layout (taps)", "step1", "p2|1", "p3|2", "accept", "replay", "candidate"]]
         hidden_rows = 0
         for r in self.rows:
             plain_search = r["name"] == "search" and not (r["is_served"] or r["is_declared"])
-            if plain_search and shown >= 12:
+            if plain_search and len(table) > 12:
                 hidden_rows += 1  # exhaustive search rows beyond the top few: JSON only
                 continue
-            shown += 1
             if not r["evaluable"]:
-                lines.append(f"{r['text']:<34} {'n/a':>6}  not evaluable: {r['why_not']}")
+                table.append([r["text"], "n/a", f"not evaluable: {r['why_not']}"])
                 continue
             rates = (r["step_accuracy"] + [None, None, None])[:3]
-            cells = " ".join(f"{'-' if p is None else f'{p:.1%}':>6}" for p in rates)
             acc, rep = r["predicted_accept_length"], r.get("replay_accept_length")
             mark = "".join(m for m, key in (("*", "is_served"), ("=", "is_declared")) if r[key])
-            lines.append(
-                f"{(mark + ' ' if mark else '') + r['text']:<34} {cells} "
-                f"{'-' if acc is None else f'{acc:.2f}':>6} "
-                f"{'-' if rep is None else f'{rep:.2f}':>6}  {r['name']}"
-            )
+            table.append([
+                (mark + " " if mark else "") + r["text"],
+                *("-" if p is None else f"{p:.1%}" for p in rates),
+                "-" if acc is None else f"{acc:.2f}",
+                "-" if rep is None else f"{rep:.2f}",
+                r["name"],
+            ])  # fmt: skip
+        lines += text_table(table, align="<>>>>><")
         if hidden_rows:
             lines.append(f"({hidden_rows} more search candidates: see --json)")
         lines.append(

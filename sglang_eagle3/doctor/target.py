@@ -18,9 +18,9 @@ import torch
 from sglang_eagle3.checkpoint.config_json import read_config_json
 from sglang_eagle3.checkpoint.draft_weights import RowTable, find_tensor, load_tensor
 from sglang_eagle3.checkpoint.safetensors_header import read_checkpoint_tensors
-from sglang_eagle3.doctor.draft_forward import rms_norm
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.layout.taps import Tap, format_taps
+from sglang_eagle3.ops.rms_norm import rms_norm
 
 # Run the Hugging Face target only when its weights are at most this large.
 MAX_HF_CHECK_BYTES = 2 * 1024**3
@@ -73,7 +73,8 @@ class VerifierHead:
         out = []
         for s in range(0, h.shape[0], _ROWS):
             x = h[s : s + _ROWS].to(self.weight.device, self.weight.dtype)
-            x = rms_norm(x, self.norm.to(self.weight.dtype), self.eps)
+            # the target's final norm as HF computes it (the speculators trainer's reference)
+            x = rms_norm(x, self.norm.to(self.weight.dtype), self.eps, cast_before_weight=True)
             out.append((x @ self.weight.T).float().argmax(-1).cpu())
         return torch.cat(out) if out else torch.empty(0, dtype=torch.long)
 

@@ -12,7 +12,8 @@ from sglang.srt.plugins.hook_registry import HookType
 
 from sglang_eagle3 import env_names
 from sglang_eagle3.errors import WiringError
-from sglang_eagle3.layout.capture_plan import CapturePlan, resolve_plan
+from sglang_eagle3.hooks.plan import resolve_plan
+from sglang_eagle3.layout.capture_plan import CapturePlan
 from sglang_eagle3.layout.stock_note import stock_capture_note
 from sglang_eagle3.log import get_logger
 

@@ -3,23 +3,44 @@
 SGLang calls `register()` in every process it starts (launcher, scheduler of every TP rank,
 detokenizer). Hooks go through SGLang's HookRegistry. A hook that fails to apply only logs
 inside SGLang, so we apply them right away and check that each one is really in place.
+
+Fail closed: when a layout is declared, a hook that is not in place or an SGLang other than
+the pinned one ends the process at start with one WiringError line. SGLang catches every
+Exception a plugin raises, so the refusal is a SystemExit.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
+from importlib import metadata
 
+from sglang_eagle3 import SGLANG_VERSION
+from sglang_eagle3.errors import WiringError
+from sglang_eagle3.hooks.plan import declared_layout
 from sglang_eagle3.log import get_logger
 
 logger = get_logger()
 
+FIX_VERSION = f"pip install sglang=={SGLANG_VERSION} (the version sglang-eagle3 is written for)"
 
-def _hook_in_place(target: str, hook) -> bool:
+
+def installed_sglang_version() -> str:
+    try:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def hook_in_place(target: str, hook) -> bool:
     import pkgutil
 
     owner_path, attr = target.rsplit(".", 1)
-    fn = getattr(pkgutil.resolve_name(owner_path), attr, None)
+    try:
+        fn = getattr(pkgutil.resolve_name(owner_path), attr, None)
+    except (ImportError, AttributeError, ValueError):
+        return False
     # HookRegistry wraps with functools.wraps and a closure over our hook; walk the
     # __wrapped__ chain and look for our function among the closure cells.
     while fn is not None:
@@ -30,28 +51,66 @@ def _hook_in_place(target: str, hook) -> bool:
     return False
 
 
+def refuse(err: WiringError) -> None:
+    """End this SGLang process now: one readable line, exit code 2, nothing started."""
+    print(f"sglang_eagle3: {err}", file=sys.stderr, flush=True)
+    logger.error("refusing to start: %s", err)
+    raise SystemExit(2)
+
+
 def register() -> None:
+    declared = declared_layout(sys.argv)
+    logger.info(
+        "plugin loaded in process %s (pid %d)", multiprocessing.current_process().name, os.getpid()
+    )
+    version = installed_sglang_version()
+    if version != SGLANG_VERSION:
+        if declared:
+            refuse(
+                WiringError(
+                    f"SGLang {version} is installed, but the hooks that capture the declared "
+                    f"layout are written for SGLang {SGLANG_VERSION} only",
+                    path=declared,
+                    fix=FIX_VERSION,
+                )
+            )
+        logger.warning(
+            "SGLang %s is not %s: plugin inactive, no hooks applied; no layout is declared, "
+            "so stock SGLang behaviour is kept",
+            version,
+            SGLANG_VERSION,
+        )
+        return
+    _apply_hooks(declared)
+
+
+def _apply_hooks(declared: str | None) -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry
 
     from sglang_eagle3.hooks.capture import HOOKS as CAPTURE_HOOKS
     from sglang_eagle3.hooks.drafter import HOOKS as DRAFT_HOOKS
 
-    HOOKS = CAPTURE_HOOKS + DRAFT_HOOKS
-
-    logger.info(
-        "plugin loaded in process %s (pid %d)", multiprocessing.current_process().name, os.getpid()
-    )
-    for target, hook, hook_type in HOOKS:
+    hooks = CAPTURE_HOOKS + DRAFT_HOOKS
+    for target, hook, hook_type in hooks:
         HookRegistry.register(target, hook, hook_type)
     # Idempotent: SGLang calls it again after all plugins ran; targets already patched
     # are skipped, so our hooks are in place before we check them.
     HookRegistry.apply_hooks()
-    missing = [t for t, h, _ in HOOKS if not _hook_in_place(t, h)]
-    if missing:
-        logger.error(
-            "hooks NOT in place: %s. Hidden-state capture falls back to stock SGLang "
-            "behaviour; check the SGLang version (this plugin is written for 0.5.23).",
-            ", ".join(missing),
+    missing = [t for t, h, _ in hooks if not hook_in_place(t, h)]
+    if not missing:
+        logger.info("hooks verified in place: %s", ", ".join(t for t, _, _ in hooks))
+        return
+    if declared:
+        refuse(
+            WiringError(
+                f"hooks not in place: {', '.join(missing)}; without them the declared layout "
+                "cannot be guaranteed",
+                path=declared,
+                fix=f"check that SGLang {SGLANG_VERSION} is installed unmodified (SGLang's log "
+                "says why a hook failed to apply)",
+            )
         )
-    else:
-        logger.info("hooks verified in place: %s", ", ".join(t for t, _, _ in HOOKS))
+    logger.error(
+        "hooks NOT in place: %s. No layout is declared, so stock SGLang behaviour is kept.",
+        ", ".join(missing),
+    )

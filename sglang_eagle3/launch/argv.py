@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-_MISSING = object()
+from sglang_eagle3.errors import WiringError
 
 
 def _find(argv: list[str], flag: str) -> tuple[int, str | None] | None:
@@ -21,6 +21,7 @@ def argv_get(argv: list[str], flag: str, default=None):
 
 
 def argv_has(argv: list[str], flag: str) -> bool:
+    """Whether `--flag` (or `--flag=V`) is given: enough for SGLang's store_true flags."""
     return _find(argv, flag) is not None
 
 
@@ -39,8 +40,6 @@ def argv_set(argv: list[str], flag: str, value: str) -> list[str]:
 
 
 def argv_int(argv: list[str], flag: str) -> int | None:
-    from sglang_eagle3.errors import WiringError
-
     value = argv_get(argv, flag)
     if value is None:
         return None

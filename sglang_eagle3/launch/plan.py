@@ -17,16 +17,8 @@ from sglang_eagle3.checkpoint.draft_settings import REFUSED, Setting, draft_sett
 from sglang_eagle3.checkpoint.draft_spec import DraftSpec
 from sglang_eagle3.checkpoint.target_config import TargetInfo, read_target
 from sglang_eagle3.errors import WiringError
-from sglang_eagle3.launch.argv import argv_get, argv_has, argv_int, argv_set
-from sglang_eagle3.launch.spec_flags import (
-    DRAFT,
-    STEPS,
-    TOPK,
-    Resolution,
-    SpecFlags,
-    resolve_spec_flags,
-    sglang_argv_flags,
-)
+from sglang_eagle3.launch.argv import argv_get, argv_has, argv_set
+from sglang_eagle3.launch.spec_flags import Resolution, resolve_spec_argv, sglang_argv_flags
 from sglang_eagle3.layout.capture_plan import LAYOUT_ENV, CapturePlan, plan_from_layout
 from sglang_eagle3.layout.conventions import stock_sglang_deepseek_capture
 
@@ -114,10 +106,6 @@ def converted_dir(cache_dir: Path, draft_src: Path) -> Path:
     digest = hashlib.sha256(str(draft_src.resolve()).encode())
     digest.update((draft_src / "config.json").read_bytes())
     return cache_dir / f"{draft_src.resolve().name}-{digest.hexdigest()[:12]}"
-
-
-def _flags(argv: list[str]) -> SpecFlags:
-    return SpecFlags(argv_int(argv, STEPS), argv_int(argv, TOPK), argv_int(argv, DRAFT))
 
 
 def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
@@ -227,13 +215,7 @@ def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
             path=spec.config_path,
             fix="fix the draft checkpoint (nothing was started or written)",
         )
-    resolution = resolve_spec_flags(
-        _flags(argv),
-        architecture=target.architecture,
-        page_size=argv_int(argv, "--page-size") or 1,
-        attention_backend=argv_get(argv, "--attention-backend"),
-        max_running_requests=argv_int(argv, "--max-running-requests"),
-    )
+    resolution = resolve_spec_argv(argv, architecture=target.architecture)
     flag_argv = sglang_argv_flags(resolution)
     for flag, value in zip(flag_argv[::2], flag_argv[1::2], strict=True):
         out = argv_set(out, flag, value)

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sglang_eagle3.draft_tree_size import max_draft_tokens
 from sglang_eagle3.errors import WiringError
+from sglang_eagle3.launch.argv import argv_get, argv_has, argv_int
 
 STEPS, TOPK, DRAFT = (
     "--speculative-num-steps",
@@ -24,6 +26,12 @@ STEPS, TOPK, DRAFT = (
     "--speculative-num-draft-tokens",
 )
 _FIELDS = {"num_steps": STEPS, "eagle_topk": TOPK, "num_draft_tokens": DRAFT}
+# The other SGLang flags the rules read (store_true for the two booleans).
+PAGE_SIZE, MAX_RUNNING = "--page-size", "--max-running-requests"
+ATTENTION = "--attention-backend"
+PREFILL_ATTENTION, DECODE_ATTENTION = "--prefill-attention-backend", "--decode-attention-backend"
+REJECTION_SAMPLING = "--speculative-use-rejection-sampling"
+BLOCK_VERIFICATION = "--speculative-use-block-verification"
 # _auto_choose_speculative_params: these get (5, 4, 8); DeepSeek family and anything unlisted
 # (Qwen, Mistral, ...) get (3, 1, 4). SGLang compares architectures[0] exactly.
 TREE_DEFAULT_ARCHS = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM")
@@ -97,13 +105,6 @@ class Resolution:
 def auto_params(architecture: str) -> tuple[int, int, int]:
     """SGLang 0.5.23's (steps, topk, draft tokens) when all three are unset."""
     return (5, 4, 8) if architecture in TREE_DEFAULT_ARCHS else (3, 1, 4)
-
-
-def max_draft_tokens(steps: int, topk: int) -> int:
-    """Root + the most candidates a draft tree proposes: ``topk`` at step 1, ``topk**2`` at each
-    later step (spec_utils.select_top_k_tokens). More fails at runtime: organize_draft_results
-    calls ``torch.topk(scores, draft_tokens - 1)`` over exactly these candidates."""
-    return 1 + topk + (steps - 1) * topk * topk
 
 
 def _problems(s: int, k: int, d: int, blockers: dict[str, str]) -> list[str]:
@@ -261,14 +262,18 @@ def sglang_argv_flags(resolution: Resolution) -> list[str]:
     ]
 
 
-def format_changes_table(resolution: Resolution) -> str:
-    """Before/after table of the three flags ("-" = unset), then the notes."""
-    changed = {c.flag: c for c in resolution.changes}
-    rows = [("flag", "before", "after", "why")]
-    for flag, value in zip(_FIELDS.values(), resolution.flags.as_tuple(), strict=True):
-        c = changed.get(flag)
-        before = str(value) if c is None else "-" if c.from_ is None else str(c.from_)
-        rows.append((flag, before, str(value), "given" if c is None else c.why))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = ["  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3] for r in rows]
-    return "\n".join(line.rstrip() for line in lines + [f"note: {n}" for n in resolution.notes])
+def resolve_spec_argv(argv: list[str], *, architecture: str) -> Resolution:
+    """:func:`resolve_spec_flags` with the flags read from an SGLang command line, so the
+    launcher refuses before start what SGLang would raise on (or silently change)."""
+    page_size = argv_int(argv, PAGE_SIZE)
+    return resolve_spec_flags(
+        SpecFlags(argv_int(argv, STEPS), argv_int(argv, TOPK), argv_int(argv, DRAFT)),
+        architecture=architecture,
+        page_size=1 if page_size is None else page_size,
+        attention_backend=argv_get(argv, ATTENTION),
+        prefill_attention_backend=argv_get(argv, PREFILL_ATTENTION),
+        decode_attention_backend=argv_get(argv, DECODE_ATTENTION),
+        use_rejection_sampling=argv_has(argv, REJECTION_SAMPLING),
+        use_block_verification=argv_has(argv, BLOCK_VERIFICATION),
+        max_running_requests=argv_int(argv, MAX_RUNNING),
+    )

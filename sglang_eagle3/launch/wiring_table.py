@@ -6,15 +6,12 @@ import shlex
 
 from sglang_eagle3.checkpoint.draft_settings import render as render_settings
 from sglang_eagle3.launch.plan import LaunchPlan
+from sglang_eagle3.table import text_table
 
 IDS_NOTE = (
     "ids: HF hidden_states index = input-to-layer id (0 = embed); SGLang capture index = "
     "DeepSeek loop index whose layer input is captured"
 )
-
-
-def _row(cells: list[str], widths: list[int]) -> str:
-    return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
 
 def render(plan: LaunchPlan) -> str:
@@ -40,8 +37,7 @@ def render(plan: LaunchPlan) -> str:
                 zip(cap.taps, d.layout.hf_indices(), d.layout.capture_indices(), strict=True)
             )
         ]
-        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-        lines += ["        " + _row(head, widths)] + ["        " + _row(r, widths) for r in rows]
+        lines += text_table([head, *rows], indent="        ")
         if d.layout.verifier is not None:
             v = d.layout.verifier
             lines.append(

@@ -6,8 +6,8 @@ norm = "none":      fc(cat(h))
        "both":      input_norm first, then fc_norm, as SGLang 0.5.23 applies them when a config
                     sets both (``srt/models/llama_eagle3.py`` L237-247)
 
-RMSNorm is SGLang's ``RMSNorm.forward_native``: statistics in fp32, ``(x * rstd * w)`` in fp32,
-cast back to the input dtype. The fused kernel
+RMSNorm is SGLang's ``RMSNorm.forward_native`` (``ops.rms_norm``, cast_before_weight=False):
+statistics in fp32, ``(x * rstd * w)`` in fp32, cast back to the input dtype. The fused kernel
 (``sglang_eagle3.kernels.eagle3_fused_fc_kernel``) runs when ``use_fused`` says so;
 ``eagle3_fused_fc_reference`` is the PyTorch fallback with the same semantics. They agree to
 input-dtype rounding, not bitwise: SGLang rounds the normalized input
@@ -30,6 +30,7 @@ from sglang_eagle3.ops.eagle3_fused_fc_dispatch import (
     launch_eagle3_fused_fc,
     use_fused,
 )
+from sglang_eagle3.ops.rms_norm import rms_norm
 
 Norm = Literal["none", "before_fc", "per_tap", "both"]
 NORMS = ("none", "before_fc", "per_tap", "both")
@@ -37,13 +38,6 @@ NORMS = ("none", "before_fc", "per_tap", "both")
 MAX_POINTER_TAPS = 4
 
 __all__ = ["eagle3_fused_fc", "eagle3_fused_fc_reference", "use_fused", "FusedFcConfig"]
-
-
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """SGLang RMSNorm.forward_native (cast_x_before_out_mul=False); fp64 stays fp64."""
-    x32 = x.to(torch.promote_types(x.dtype, torch.float32))
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)
-    return (x32 * weight).to(x.dtype)
 
 
 def _tap_weights(norm_weights, k: int) -> list[torch.Tensor]:
@@ -84,11 +78,12 @@ def eagle3_fused_fc_reference(
     listed = not isinstance(taps_or_packed, torch.Tensor)
     k = _check(norm, norm_weight, norm_weights, len(taps_or_packed) if listed else num_taps)
     h = torch.cat(list(taps_or_packed), dim=-1) if listed else taps_or_packed
+    # SGLang's drafter norms round once, after the weight (cast_x_before_out_mul=False)
     if norm in ("before_fc", "both"):
-        h = _rms_norm(h, norm_weight, eps)
+        h = rms_norm(h, norm_weight, eps, cast_before_weight=False)
     if norm in ("per_tap", "both"):
         pairs = zip(h.chunk(k, dim=-1), _tap_weights(norm_weights, k), strict=True)
-        h = torch.cat([_rms_norm(c, w, eps) for c, w in pairs], dim=-1)
+        h = torch.cat([rms_norm(c, w, eps, cast_before_weight=False) for c, w in pairs], dim=-1)
     y = F.linear(h, fc_weight, bias)
     if out is None:
         return y

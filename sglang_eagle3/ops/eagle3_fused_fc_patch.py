@@ -133,16 +133,5 @@ def install_fused_fc(model: torch.nn.Module) -> bool:
     for name in shadowed:  # instance-dict shadows: lookup finds them before nn.Module.__getattr__
         object.__setattr__(m, name, None)
     m.fc.__dict__["forward"] = lambda packed: fused_fc_forward(m, packed)
-    m.__dict__[_FLAG] = tuple(shadowed)
+    m.__dict__[_FLAG] = True
     return True
-
-
-def uninstall_fused_fc(model: torch.nn.Module) -> None:
-    """Undo ``install_fused_fc``: SGLang's own modules run the block again."""
-    m = _inner(model)
-    if _FLAG not in m.__dict__:
-        return
-    for name in m.__dict__.pop(_FLAG):
-        m.__dict__.pop(name, None)
-    m.fc.__dict__.pop("forward", None)
-    m.__dict__.pop(_CACHE, None)

@@ -23,6 +23,7 @@ from pathlib import Path
 from sglang_eagle3 import env_names
 from sglang_eagle3.bench.metrics import spec_stats
 from sglang_eagle3.launch.server_process import sglang_server
+from sglang_eagle3.table import markdown_table
 
 
 def spec_flags(steps: int, topk: int, draft_tokens: int) -> list[str]:
@@ -31,7 +32,6 @@ def spec_flags(steps: int, topk: int, draft_tokens: int) -> list[str]:
             str(draft_tokens)]  # fmt: skip
 
 
-SPEC_KEYS = ("num_steps", "eagle_topk", "num_draft_tokens")
 # One torch thread per server: on 2 cores the HTTP client, tokenizer and detokenizer need the
 # other one, and tiny matrices gain nothing from a second OpenMP thread.
 SERVER_ENV = {"OMP_NUM_THREADS": "1"}
@@ -197,16 +197,13 @@ def run(
 
 
 def table(result: dict) -> str:
-    lines = [
-        "| server | accept length | tok/s | speedup vs plain | lossless |",
-        "|---|---|---|---|---|",
-    ]
-    for r in result["rows"]:
-        al = "-" if r["accept_length"] is None else f"{r['accept_length']:.2f}"
-        lines.append(
-            f"| {r['name']} | {al} | {r['tok_s']:.1f} | {r['speedup']:.2f}x | "
-            f"{'yes' if r['lossless'] else 'NO'} |"
-        )
+    header = ("server", "accept length", "tok/s", "speedup vs plain", "lossless")
+    rows = [
+        [r["name"], "-" if r["accept_length"] is None else f"{r['accept_length']:.2f}",
+         f"{r['tok_s']:.1f}", f"{r['speedup']:.2f}x", "yes" if r["lossless"] else "NO"]
+        for r in result["rows"]
+    ]  # fmt: skip
+    lines = [markdown_table(header, rows)]
     pred, sp = result["predicted_accept_length"], result["speculative"]
     shape = f"{sp['num_steps']} steps, topk {sp['eagle_topk']}, {sp['num_draft_tokens']} tokens"
     lines.append(
