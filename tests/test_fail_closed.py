@@ -18,7 +18,7 @@ from sglang_eagle3 import env_names
 from sglang_eagle3.hooks.plan import declared_layout
 from sglang_eagle3.launch.cpu_env import harness_env
 
-CAPTURE = "sglang.srt.models.deepseek_v2.DeepseekV2ForCausalLM.set_eagle3_layers_to_capture"
+CAPTURE = "sglang.srt.model_executor.model_runner.configure_aux_hidden_state_capture"
 H = 16
 
 
@@ -63,8 +63,8 @@ def test_unreadable_draft_counts_as_declared(tmp_path):
 
 LAUNCH_WITHOUT_HOOK = """
 import runpy, sys
-import sglang.srt.models.deepseek_v2 as m
-del m.DeepseekV2ForCausalLM.set_eagle3_layers_to_capture  # the hook's target is gone
+import sglang.srt.model_executor.model_runner as m
+del m.configure_aux_hidden_state_capture  # the hook's target is gone
 sys.argv = {argv!r}
 runpy.run_module("sglang.launch_server", run_name="__main__")
 print("SERVER CODE REACHED PAST PLUGIN LOADING")
@@ -103,8 +103,8 @@ print(json.dumps({{"loaded": True, "sglang": metadata.version("sglang")}}))
 
 @pytest.mark.sglang
 def test_missing_hook_without_a_declared_layout_keeps_stock_and_says_so(tmp_path):
-    code = "import sglang.srt.models.deepseek_v2 as m\n"
-    code += "del m.DeepseekV2ForCausalLM.set_eagle3_layers_to_capture\n"
+    code = "import sglang.srt.model_executor.model_runner as m\n"
+    code += "del m.configure_aux_hidden_state_capture\n"
     code += LOAD_PLUGINS.format(argv=["launch_server"])
     env = {k: v for k, v in harness_env().items() if k != env_names.LAYOUT}
     proc = _run(code, env)

@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass
 
 from sglang_eagle3 import env_names
 from sglang_eagle3.checkpoint.draft_spec import DraftSpec
-from sglang_eagle3.layout.conventions import stock_sglang_deepseek_capture
+from sglang_eagle3.layout.conventions import stock_capture
+from sglang_eagle3.layout.families import Family
 from sglang_eagle3.table import text_table
 
 OK, REFUSED, NOT_ENFORCED = "honoured", "refused", "not enforced"
@@ -42,13 +43,13 @@ class Setting:
 def draft_settings(
     spec: DraftSpec,
     *,
-    deepseek_target: bool,
+    family: Family | None,
     norm_fix: bool = True,
     window_flag: int | None = None,
 ) -> list[Setting]:
     """``window_flag``: --speculative-draft-window-size as the server will get it."""
     s = spec
-    rows = [_layout(s, deepseek_target)]
+    rows = [_layout(s, family)]
     width = "null (= draft hidden size)" if s.null_target_hidden else str(s.target_hidden_size)
     rows.append(
         Setting(
@@ -93,27 +94,27 @@ def draft_settings(
     return rows
 
 
-def _layout(s: DraftSpec, deepseek_target: bool) -> Setting:
+def _layout(s: DraftSpec, family: Family | None) -> Setting:
     trained = "unknown" if s.layout is None else ",".join(s.layout.names())
-    stock = _stock_layout(s, deepseek_target)
+    stock = _stock_layout(s, family)
     if s.layout is None:
         return Setting("hidden-state layout", trained, stock, "refused: undeclared", REFUSED)
-    if not deepseek_target:
+    if family is None:
         return Setting(
             "hidden-state layout",
             trained,
             stock,
-            "not enforced (the plugin covers DeepSeek-V2 family targets)",
-            NOT_ENFORCED,
+            "refused: the target's family is not in sglang-eagle3's table",
+            REFUSED,
         )
     return Setting("hidden-state layout", trained, stock, f"{OK} (plugin capture plan)", OK)
 
 
-def _stock_layout(s: DraftSpec, deepseek_target: bool) -> str:
-    if not deepseek_target or s.layout is None:
+def _stock_layout(s: DraftSpec, family: Family | None) -> str:
+    if family is None or s.layout is None:
         return "eagle_config ids (or the model's default), by SGLang's rule for the model"
     ids = None if s.format == "speculators" else s.raw_ids
-    cap = stock_sglang_deepseek_capture(list(ids) if ids else None, s.layout.num_layers)
+    cap = stock_capture(family, list(ids) if ids else None, s.layout.num_layers)
     if cap.taps is not None and tuple(cap.taps) == tuple(s.layout.taps):
         return OK
     text = cap.describe().split(": ", 1)[-1]

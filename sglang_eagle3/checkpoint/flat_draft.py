@@ -20,7 +20,8 @@ from sglang_eagle3.checkpoint.draft_schema import FLAT_ARCH
 from sglang_eagle3.checkpoint.draft_spec import DraftSpec
 from sglang_eagle3.checkpoint.safetensors_header import INDEX_NAME, read_index, safetensors_files
 from sglang_eagle3.errors import WiringError
-from sglang_eagle3.layout.conventions import Convention
+from sglang_eagle3.layout.conventions import DEEPSEEK, Convention
+from sglang_eagle3.layout.families import Family
 from sglang_eagle3.layout.hidden_state_layout import HiddenStateLayout
 
 MARKER = "sglang_eagle3_conversion.json"
@@ -37,16 +38,43 @@ TOKENIZER_FILES = (
 )
 
 
-def flat_config(cfg: dict[str, Any], spec: DraftSpec) -> dict[str, Any]:
+def flat_ids(
+    layout: HiddenStateLayout, family: Family | None, *, stock_readable: bool
+) -> list[int]:
+    """The ids for the flat copy's eagle_config: those the target family's stock rule turns
+    into exactly the layout's captures, so SGLang without the plugin gets the right taps.
+    Where the rule cannot say it, input-to-layer ids for the plugin (which reads the
+    explicit layout key), or, with ``stock_readable``, a WiringError saying why."""
+    if family is not None and layout.is_ascending():
+        ids = family.stock_ids(layout.capture_indices(), layout.num_layers)
+        if ids is not None:
+            return list(ids)
+    if stock_readable:
+        why = (
+            "it packs taps in ascending order"
+            if family is not None and not layout.is_ascending()
+            else f"its rule ({family.rule}) has no ids for these captures"
+            if family is not None
+            else "the target's family is not in sglang-eagle3's table"
+        )
+        name = family.label if family else "this target"
+        raise WiringError(
+            f"stock SGLang 0.5.23 on {name} cannot capture {layout} from eagle_config ids: {why}",
+            fix="add --for-plugin to write the copy for SGLang with the sglang-eagle3 plugin (or "
+            "its patches), which reads eagle_config.hidden_state_layout",
+        )
+    return list(layout.ids(Convention.INPUT_TO_LAYER))
+
+
+def flat_config(cfg: dict[str, Any], spec: DraftSpec, ids: list[int]) -> dict[str, Any]:
     """The flat config for a speculators ``cfg`` already checked into ``spec``."""
     if spec.layout is None:
         raise WiringError("the draft has no resolved layout", path=spec.config_path)
     out = dict(cfg["transformer_layer_config"])
     layout = spec.layout
     eagle: dict[str, Any] = {
-        # input-to-layer ids: the convention speculators trained with; the plugin reads the
-        # explicit layout, the ids stay for tools that only know ids
-        "eagle_aux_hidden_state_layer_ids": list(layout.ids(Convention.INPUT_TO_LAYER)),
+        # ids the target's stock rule reads right (flat_ids); the plugin reads the layout key
+        "eagle_aux_hidden_state_layer_ids": ids,
         "hidden_state_layout": layout.names(),
         "use_aux_hidden_state": True,
     }
@@ -81,8 +109,16 @@ def flat_config(cfg: dict[str, Any], spec: DraftSpec) -> dict[str, Any]:
     return out
 
 
-def write_flat_draft(spec: DraftSpec, src_dir: str | Path, dst_dir: str | Path) -> Path:
-    """Write the flat draft for ``spec`` (read from ``src_dir``) into ``dst_dir``.
+def write_flat_draft(
+    spec: DraftSpec,
+    src_dir: str | Path,
+    dst_dir: str | Path,
+    *,
+    family: Family | None = DEEPSEEK,
+    stock_readable: bool = False,
+) -> Path:
+    """Write the flat draft for ``spec`` (read from ``src_dir``) into ``dst_dir``, with ids
+    for the target ``family``'s stock rule (``flat_ids``).
 
     ``dst_dir`` must not exist, be empty, or hold an earlier conversion of the same source
     (then it is replaced). Everything is checked before anything is written, and the result
@@ -91,13 +127,14 @@ def write_flat_draft(spec: DraftSpec, src_dir: str | Path, dst_dir: str | Path) 
     dst = Path(dst_dir).absolute()
     cfg_path = src / "config.json"
     layout = _check_convertible(spec, src, dst)
+    ids = flat_ids(layout, family, stock_readable=stock_readable)
     raw = _read_bytes(cfg_path)
     try:
         cfg = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise WiringError(f"config is not valid JSON ({err})", path=str(cfg_path)) from None
     files = {
-        "config.json": flat_config(cfg, spec),
+        "config.json": flat_config(cfg, spec, ids),
         MARKER: {  # written last: a marker means a complete conversion
             "tool": "sglang_eagle3",
             "version": __version__,
@@ -169,7 +206,7 @@ def flat_copy_for_target(
 
     t = read_target(target_dir)
     spec = read_draft(draft_dir, num_layers=t.num_layers, target_hidden_size=t.hidden_size)
-    return write_flat_draft(spec, draft_dir, dst_dir)
+    return write_flat_draft(spec, draft_dir, dst_dir, family=t.family)
 
 
 def _read_bytes(path: Path) -> bytes:

@@ -7,16 +7,7 @@ from pathlib import Path
 
 from sglang_eagle3.checkpoint.config_json import read_config_json
 from sglang_eagle3.errors import WiringError
-
-# Targets whose SGLang 0.5.23 capture goes through DeepseekV2ForCausalLM (the plugin's hook).
-DEEPSEEK_FAMILY = frozenset(
-    {
-        "DeepseekV2ForCausalLM",
-        "DeepseekV3ForCausalLM",
-        "DeepseekV32ForCausalLM",
-        "KimiK25ForConditionalGeneration",  # delegates to its DeepSeek language model
-    }
-)
+from sglang_eagle3.layout.families import Family, family_for
 
 
 @dataclass(frozen=True)
@@ -35,8 +26,9 @@ class TargetInfo:
             )
 
     @property
-    def is_deepseek_family(self) -> bool:
-        return self.architecture in DEEPSEEK_FAMILY
+    def family(self) -> Family | None:
+        """Its row in SGLang 0.5.23's table of EAGLE-3 target families (None: not listed)."""
+        return family_for(self.architecture)
 
 
 def read_target(model_path: str | Path) -> TargetInfo:

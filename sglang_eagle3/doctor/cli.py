@@ -203,13 +203,14 @@ def _settings(spec: DraftSpec | None, target_cfg: dict | None) -> list[dict]:
     """Each training-time setting, and whether the server honours it (as the launcher says);
     none when the draft's ids are ambiguous (the report's notes say so)."""
     from sglang_eagle3.checkpoint.draft_settings import draft_settings
-    from sglang_eagle3.checkpoint.target_config import DEEPSEEK_FAMILY
+    from sglang_eagle3.layout.families import family_for, family_named
 
     if spec is None:
         return []
-    archs = set((target_cfg or {}).get("architectures") or [])
-    deepseek = target_cfg is None or bool(archs & DEEPSEEK_FAMILY)
-    return [st.to_json() for st in draft_settings(spec, deepseek_target=deepseek)]
+    archs = (target_cfg or {}).get("architectures") or []
+    # without a target the doctor speaks of the seed's family (DeepSeek-V3, Kimi-K2.x)
+    family = family_for(archs[0]) if archs else family_named("deepseek_v2")
+    return [st.to_json() for st in draft_settings(spec, family=family)]
 
 
 def parse_args(argv: list[str] | None) -> tuple[DoctorOptions, bool]:

@@ -1,12 +1,18 @@
-"""Hooks that make the target capture exactly the declared taps (imported only inside SGLang).
+"""The hook that makes every target family capture exactly the declared taps (inside SGLang).
 
-Declared as (dotted target, hook, HookType) rows, applied through SGLang's HookRegistry.
+SGLang 0.5.23 switches capture on in one place for every family: the target's ModelRunner
+calls `configure_aux_hidden_state_capture(model=...)`, which calls the model's
+`set_eagle3_layers_to_capture(ids)` with that family's id rule. We wrap that one call: stock
+SGLang sets itself up with its own in-range default, then the plan's capture indices are
+written where that family's loop reads them (layout/families.py): the `layers_to_capture`
+list, and for flag families the per-layer flags, cleared first (stock never clears them).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Sequence
 
 from sglang.srt.plugins.hook_registry import HookType
 
@@ -14,15 +20,14 @@ from sglang_eagle3 import env_names
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.hooks.plan import resolve_plan
 from sglang_eagle3.layout.capture_plan import CapturePlan
+from sglang_eagle3.layout.families import Family, Switch, family_for
 from sglang_eagle3.layout.stock_note import stock_capture_note
 from sglang_eagle3.log import get_logger
 
 logger = get_logger()
 
-DEEPSEEK_CAPTURE = (
-    "sglang.srt.models.deepseek_v2.DeepseekV2ForCausalLM.set_eagle3_layers_to_capture"
-)
-
+CONFIGURE_CAPTURE = "sglang.srt.model_executor.model_runner.configure_aux_hidden_state_capture"
+FLAG = "_is_layer_to_capture"
 
 _PROCESS_PLAN: dict[str, CapturePlan] = {}
 
@@ -34,7 +39,7 @@ def _server_args():
 
 
 @functools.cache
-def _plan(num_layers: int, hidden_size: int) -> tuple[CapturePlan | None, str]:
+def _plan(num_layers: int, hidden_size: int, final: bool) -> tuple[CapturePlan | None, str]:
     """The plan for this process (one server, one target): cached, resolved once."""
     draft = getattr(_server_args(), "speculative_draft_model_path", None)
     return resolve_plan(
@@ -42,29 +47,77 @@ def _plan(num_layers: int, hidden_size: int) -> tuple[CapturePlan | None, str]:
         draft_dir=draft,
         num_layers=num_layers,
         hidden_size=hidden_size,
+        final_layer=final,
     )
 
 
-def deepseek_set_eagle3_layers_to_capture(original, self, layer_ids=None):
-    original(self, layer_ids)
-    if not self.pp_group.is_last_rank:
-        return
-    target = type(self).__name__
-    if getattr(_server_args(), "enable_two_batch_overlap", False):
+def _resolve(model, path: str):
+    for name in path.split("."):
+        model = getattr(model, name)
+    return model
+
+
+def _check(family: Family | None, target: str, plan: CapturePlan) -> Family:
+    if family is None:
         raise WiringError(
-            "two-batch overlap runs DeepSeek layers without hidden-state capture, so the "
+            f"target class {target} is not in sglang-eagle3's table of SGLang 0.5.23 EAGLE-3 "
+            "families, so the declared taps cannot be guaranteed",
+            path=plan.source,
+            fix="serve a target family the table lists (README: 'Target families'), or drop "
+            "the declared layout to run stock SGLang",
+        )
+    if family.refused:
+        raise WiringError(f"{target} ({family.name}): {family.refused}", path=plan.source,
+                          fix="serve this drafter on another target family")  # fmt: skip
+    top = family.max_capture_index(plan.num_layers)
+    if max(plan.capture_indices) > top:
+        raise WiringError(
+            f"{target} ({family.name}) cannot capture the last layer's output "
+            f"(capture indices stop at {top})",
+            path=plan.source,
+            fix=f"train the drafter on taps up to layer:{plan.num_layers - 2}",
+        )
+    if family.two_batch_overlap_skips and getattr(_server_args(), "enable_two_batch_overlap", 0):
+        raise WiringError(
+            f"two-batch overlap runs {family.name} layers without hidden-state capture, so the "
             "drafter would get no taps",
             path="--enable-two-batch-overlap",
             fix="drop --enable-two-batch-overlap when serving an EAGLE-3 drafter",
         )
-    n, hidden = self.config.num_hidden_layers, self.config.hidden_size
-    plan, source = _plan(n, hidden)
+    return family
+
+
+def _write(stack, family: Family, indices: Sequence[int]) -> None:
+    stack.layers_to_capture = list(indices)
+    layers = getattr(stack, "layers", None) or ()
+    if family.switch is Switch.FLAGS or any(getattr(layer, FLAG, False) for layer in layers):
+        for i, layer in enumerate(layers):
+            setattr(layer, FLAG, i in indices)
+
+
+def configure_aux_hidden_state_capture(original, *args, **kwargs):
+    model = kwargs.get("model")
+    if not kwargs.get("eagle_use_aux_hidden_state") or model is None:
+        return original(*args, **kwargs)
+    pp = getattr(model, "pp_group", None)
+    if pp is not None and not pp.is_last_rank:  # every family captures on the last stage
+        return original(*args, **kwargs)
+    target = type(model).__name__
+    config = getattr(model.config, "text_config", None) or model.config
+    n, hidden = config.num_hidden_layers, config.hidden_size
+    family = family_for(target)
+    plan, source = _plan(n, hidden, bool(family and family.final_layer))
     if plan is None:
-        logger.info(stock_capture_note(target, layer_ids, n) + f" [{source}]")
-        return
-    self.model.layers_to_capture = list(plan.capture_indices)
+        ids = kwargs.get("eagle_aux_hidden_state_layer_ids")
+        logger.info(stock_capture_note(family, target, ids, n) + f" [{source}]")
+        return original(*args, **kwargs)
+    family = _check(family, target, plan)
+    # Stock sets itself up (capture switched on) with its own default, which is in range.
+    result = original(*args, **{**kwargs, "eagle_aux_hidden_state_layer_ids": None})
+    _write(_resolve(model, family.stack), family, plan.capture_indices)
     _PROCESS_PLAN["plan"] = plan
     logger.info(plan.log_line(target))
+    return result
 
 
 def process_plan() -> CapturePlan | None:
@@ -73,5 +126,5 @@ def process_plan() -> CapturePlan | None:
 
 
 HOOKS = [
-    (DEEPSEEK_CAPTURE, deepseek_set_eagle3_layers_to_capture, HookType.AROUND),
+    (CONFIGURE_CAPTURE, configure_aux_hidden_state_capture, HookType.AROUND),
 ]

@@ -26,13 +26,19 @@ DRAFT_FLAGS = ("--speculative-draft-model-path", "--speculative-draft-model")
 
 
 def resolve_plan(
-    *, env_layout: str | None, draft_dir: str | None, num_layers: int, hidden_size: int
+    *,
+    env_layout: str | None,
+    draft_dir: str | None,
+    num_layers: int,
+    hidden_size: int,
+    final_layer: bool = False,
 ) -> tuple[CapturePlan | None, str]:
-    """The capture plan for one server, or (None, why) to keep stock SGLang behaviour."""
+    """The capture plan for one server, or (None, why) to keep stock SGLang behaviour.
+    ``final_layer``: the target's family also captures the last layer's output."""
     if env_layout:
         taps = parse_taps(env_layout, path=env_names.LAYOUT)
         layout = HiddenStateLayout(taps, num_layers, hidden_size)
-        return plan_from_layout(layout, ENV_SOURCE), ENV_SOURCE
+        return plan_from_layout(layout, ENV_SOURCE, final_layer=final_layer), ENV_SOURCE
     if not draft_dir or not Path(draft_dir).is_dir():
         return None, "no local draft directory to read a layout from"
     try:
@@ -42,7 +48,7 @@ def resolve_plan(
     if spec.layout is None:
         return None, f"{spec.config_path}: {spec.layout_source}"
     source = f"{spec.layout_source} in {spec.config_path}"
-    return plan_from_layout(spec.layout, source), source
+    return plan_from_layout(spec.layout, source, final_layer=final_layer), source
 
 
 def _flag_value(argv: Sequence[str], names: tuple[str, ...]) -> str | None:

@@ -50,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the flat copy of a speculators draft (for a patched SGLang fork), print the "
         "plan and the command, start nothing",
     )
+    p.add_argument(
+        "--for-plugin",
+        action="store_true",
+        help="with --write-draft-only: write the copy even where stock SGLang's id rule cannot "
+        "express the layout (for SGLang with this plugin or its patches)",
+    )
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     p.add_argument(
         "--cpu",
@@ -65,11 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _write_draft(plan: LaunchPlan) -> None:
+def _write_draft(plan: LaunchPlan, *, stock_readable: bool = False) -> None:
     if plan.converted_draft:
         from sglang_eagle3.checkpoint.flat_draft import write_flat_draft
 
-        write_flat_draft(plan.draft, Path(plan.draft_src), Path(plan.converted_draft))
+        write_flat_draft(plan.draft, Path(plan.draft_src), Path(plan.converted_draft),
+                         family=plan.target.family, stock_readable=stock_readable)  # fmt: skip
 
 
 def _start(plan: LaunchPlan, cpu: bool) -> None:
@@ -111,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.dry_run or args.write_draft_only:
                 print("command " + command_line(plan))
         if args.write_draft_only:
-            _write_draft(plan)
+            _write_draft(plan, stock_readable=not args.for_plugin)
             return 0
         if args.dry_run:
             return 0

@@ -20,7 +20,8 @@ from sglang_eagle3.errors import WiringError
 from sglang_eagle3.launch.argv import argv_get, argv_has, argv_set
 from sglang_eagle3.launch.spec_flags import Resolution, resolve_spec_argv, sglang_argv_flags
 from sglang_eagle3.layout.capture_plan import LAYOUT_ENV, CapturePlan, plan_from_layout
-from sglang_eagle3.layout.conventions import stock_sglang_deepseek_capture
+from sglang_eagle3.layout.conventions import stock_capture
+from sglang_eagle3.layout.families import example_layout
 
 DRAFT_PATH = "--speculative-draft-model-path"
 WINDOW = "--speculative-draft-window-size"
@@ -108,6 +109,29 @@ def converted_dir(cache_dir: Path, draft_src: Path) -> Path:
     return cache_dir / f"{draft_src.resolve().name}-{digest.hexdigest()[:12]}"
 
 
+def capture_plan_for(target: TargetInfo, spec: DraftSpec) -> CapturePlan:
+    """The capture plan for a declared layout on this target, or a WiringError in the
+    target's own terms (family not in the table, a family that cannot capture, a tap past
+    the last index the family's loop reaches)."""
+    family = target.family
+    where = f"{spec.layout_source} ({spec.config_path})"
+    if family is None:
+        raise WiringError(
+            f"{target.architecture} is not in sglang-eagle3's table of SGLang 0.5.23 EAGLE-3 "
+            "target families, so the declared taps cannot be guaranteed",
+            path=target.path,
+            fix="serve a listed family (README: 'Target families'), or start SGLang without a "
+            "declared layout",
+        )
+    if family.refused:
+        raise WiringError(
+            f"{target.architecture} ({family.label}): {family.refused}",
+            path=target.path,
+            fix="serve this drafter on another target family",
+        )
+    return plan_from_layout(spec.layout, where, final_layer=family.final_layer)
+
+
 def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
     model = argv_get(argv, "--model-path")
     if not model:
@@ -151,29 +175,28 @@ def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
         layout=opts.hidden_state_layout,
     )
     notes, changes, env = list(spec.notes), [], {}
+    family = target.family
     if spec.layout is None:
-        stock = stock_sglang_deepseek_capture(list(spec.raw_ids or []) or None, target.num_layers)
-        raise WiringError(
-            "the draft does not say which hidden states it was trained on; stock SGLang 0.5.23 "
-            f"would {stock.describe()}",
-            path=spec.config_path,
-            fix="pass --hidden-state-layout (e.g. embed,layer:2,layer:30) or add "
-            "eagle_config.hidden_state_layout to the draft config",
+        stock = (
+            stock_capture(family, list(spec.raw_ids or []) or None, target.num_layers).describe()
+            if family
+            else f"apply {target.architecture}'s own rule, unknown to sglang-eagle3"
         )
-    capture = None
-    if target.is_deepseek_family:
-        capture = plan_from_layout(spec.layout, f"{spec.layout_source} ({spec.config_path})")
-        env[LAYOUT_ENV] = ",".join(capture.taps)
-        if argv_has(argv, "--enable-two-batch-overlap"):
-            raise WiringError(
-                "two-batch overlap runs DeepSeek layers without hidden-state capture",
-                path="--enable-two-batch-overlap",
-                fix="drop --enable-two-batch-overlap when serving an EAGLE-3 drafter",
-            )
-    else:
-        notes.append(
-            f"{target.architecture} is not in the DeepSeek-V2 family: the plugin does not change "
-            "its capture; SGLang reads eagle_config ids as output-of-layer (+1) for it"
+        example = ",".join(str(t) for t in example_layout(target.num_layers))
+        raise WiringError(
+            f"the draft does not say which hidden states it was trained on; {stock}",
+            path=spec.config_path,
+            fix=f"pass --hidden-state-layout (e.g. {example} for this "
+            f"{target.num_layers}-layer target) or add eagle_config.hidden_state_layout to the "
+            "draft config",
+        )
+    capture = capture_plan_for(target, spec)
+    env[LAYOUT_ENV] = ",".join(capture.taps)
+    if family.two_batch_overlap_skips and argv_has(argv, "--enable-two-batch-overlap"):
+        raise WiringError(
+            f"two-batch overlap runs {family.label} layers without hidden-state capture",
+            path="--enable-two-batch-overlap",
+            fix="drop --enable-two-batch-overlap when serving an EAGLE-3 drafter",
         )
     out = list(argv)
     converted = None
@@ -203,7 +226,7 @@ def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
     window = argv_get(out, WINDOW)
     settings = draft_settings(
         spec,
-        deepseek_target=target.is_deepseek_family,
+        family=family,
         norm_fix=os.environ.get(env_names.NORM_BEFORE_RESIDUAL, "1") != "0",
         window_flag=int(window) if window and window.isdigit() else None,
     )

@@ -47,9 +47,12 @@ class CapturePlan:
         )
 
 
-def plan_from_layout(layout: HiddenStateLayout, source: str) -> CapturePlan:
+def plan_from_layout(
+    layout: HiddenStateLayout, source: str, *, final_layer: bool = False
+) -> CapturePlan:
+    """``final_layer``: the target family's loop also captures the last layer's output."""
     n = layout.num_layers
-    unreachable = layout.uncapturable_taps()
+    unreachable = () if final_layer else layout.uncapturable_taps()
     if unreachable:
         raise WiringError(
             f"tap {format_taps(unreachable)} is the output of the last decoder layer; SGLang "

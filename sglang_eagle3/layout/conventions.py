@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from enum import Enum
 
 from sglang_eagle3.errors import WiringError
+from sglang_eagle3.layout.families import Family, IdRule, Switch, family_named
 from sglang_eagle3.layout.taps import Tap, format_taps
 
 STOCK = "stock SGLang 0.5.23"
+DEEPSEEK = family_named("deepseek_v2")
 
 
 class Convention(str, Enum):
@@ -175,54 +177,69 @@ def ids_from_taps(
 
 @dataclass(frozen=True)
 class StockCapture:
-    """What stock SGLang 0.5.23 does with a draft's ids on a DeepSeek (or Kimi) target."""
+    """What stock SGLang 0.5.23 does with a draft's ids on one target family."""
 
+    family: Family
     ids: tuple[int, ...] | None  # as written in eagle_config (None: key absent)
     num_layers: int
-    capture_indices: tuple[int, ...]  # the list after 0.5.23's "+1 when ids[0] == 1" rule
-    shifted: bool
-    taps: tuple[Tap, ...] | None  # captured taps in packing (ascending) order; None on crash
+    capture_indices: tuple[int, ...]  # the list after the family's id rule
+    shifted: bool  # the rule added 1
+    taps: tuple[Tap, ...] | None  # captured taps in fill (ascending) order; None on crash
     crash: str | None  # the startup error SGLang raises, or None
 
     def describe(self) -> str:
-        n = self.num_layers
+        where = f"{STOCK} ({self.family.label})"
         if self.ids is None:
-            head = f"{STOCK} (DeepSeek) with no ids: default [2, n//2, n-3] used as is"
+            plus = ", then +1" if self.family.default_plus_one else " used as is"
+            head = f"{where} with no ids: default [2, n//2, n-3]{plus}"
         elif self.shifted:
-            head = f"{STOCK} (DeepSeek) with ids {list(self.ids)}: first id is 1, so +1 to each"
+            first = self.family.rule is IdRule.PLUS_ONE_IF_FIRST_IS_1
+            why = "first id is 1" if first else "its rule is +1 always"
+            head = f"{where} with ids {list(self.ids)}: {why}, so +1 to each"
         else:
-            head = f"{STOCK} (DeepSeek) with ids {list(self.ids)}: ids used as is"
+            head = f"{where} with ids {list(self.ids)}: ids used as is"
         head += f" -> capture indices {list(self.capture_indices)} (input-to-layer ids)"
         if self.crash is None:
             return f"{head} = {format_taps(self.taps or ())}"
-        bad = [i for i in self.capture_indices if not 0 <= i <= n - 1]
+        top = self.family.max_capture_index(self.num_layers)
+        bad = [i for i in self.capture_indices if not 0 <= i <= top]
         dup = sorted({i for i in self.capture_indices if self.capture_indices.count(i) > 1})
         why = []
         if bad:
-            why.append(f"indices {bad} are outside 0..{n - 1} and never match")
+            why.append(f"indices {bad} are outside 0..{top} and never match")
         if dup:
             why.append(f"indices {dup} repeat but are captured once")
         reason = "; ".join(why) or "no index matched"
-        return f"{head}; {reason} -> crash at the first forward: {self.crash}"
+        when = "at startup" if self.crash.startswith("IndexError") else "at the first forward"
+        return f"{head}; {reason} -> crash {when}: {self.crash}"
 
 
-def stock_sglang_deepseek_capture(ids: Sequence[int] | None, num_layers: int) -> StockCapture:
-    """Replay ``DeepseekV2ForCausalLM.set_eagle3_layers_to_capture`` and the capture loop of
-    SGLang 0.5.23: loop index i captures hs[i] (the input of layer i) when ``i in list``; the
-    packer expects ``len(list)`` captures and raises at the first forward otherwise."""
+def stock_capture(family: Family, ids: Sequence[int] | None, num_layers: int) -> StockCapture:
+    """Replay a family's ``set_eagle3_layers_to_capture`` and capture loop in SGLang 0.5.23:
+    stored index i captures hs[i] (the input of layer i) in ascending order. An index that
+    never matches crashes the server: the packer (DeepSeek) at the first forward, a flag
+    family at startup (``layers[n]``), a list family in the drafter's fc (too few taps)."""
     n = check_num_layers(num_layers)
-    if ids is None:
-        written, indices, shifted = None, (2, n // 2, n - 3), False
-    else:
+    written = None
+    if ids is not None:
         written = tuple(ids) if isinstance(ids, (list, tuple)) and not ids else check_ids(ids)
-        shifted = bool(written) and written[0] == 1
-        indices = tuple(i + 1 for i in written) if shifted else written
-    matched = sorted({i for i in indices if 0 <= i <= n - 1})
+    indices = family.stock_indices(written, n)
+    top = family.max_capture_index(n)
+    matched = sorted({i for i in indices if 0 <= i <= top})
     crash: str | None = None
-    if not matched:
+    if family.switch is Switch.FLAGS and any(i >= n for i in indices) and not family.final_layer:
+        crash = f"IndexError: no decoder layer {max(indices)} in a {n}-layer model"
+    elif not matched:
         # nothing captured: the model returns no aux tuple and the caller's unpack fails
         crash = "ValueError while unpacking hidden states: no aux hidden state was captured"
     elif len(matched) != len(indices):
-        crash = f"RuntimeError: captured {len(matched)} of {len(indices)} aux hidden states"
+        got = f"captured {len(matched)} of {len(indices)} aux hidden states"
+        crash = f"RuntimeError: {got}" if family.switch is Switch.PACKER else got
     taps = None if crash else tuple(Tap(i) for i in matched)
-    return StockCapture(written, n, tuple(indices), shifted, taps, crash)
+    shifted = written is not None and indices != written
+    return StockCapture(family, written, n, tuple(indices), shifted, taps, crash)
+
+
+def stock_sglang_deepseek_capture(ids: Sequence[int] | None, num_layers: int) -> StockCapture:
+    """``stock_capture`` on the DeepSeek-V2 family (DeepSeek-V3, Kimi-K2, Kimi-K2.5)."""
+    return stock_capture(DEEPSEEK, ids, num_layers)
