@@ -41,8 +41,9 @@ def test_impossible_tree_shapes_are_refused(steps, topk, tokens):
 
 def _score(tree, max_samples=4):
     from sglang_eagle3.data.train_data import TrainData
+    from sglang_eagle3.doctor.candidates import Candidate
     from sglang_eagle3.doctor.draft_forward import load_draft
-    from sglang_eagle3.doctor.evaluate import Candidate, Result, score_sample, truth_tokens
+    from sglang_eagle3.doctor.evaluate import Result, score_sample, truth_tokens
     from sglang_eagle3.doctor.target import VerifierHead
     from sglang_eagle3.testing.tiny.drafter import tiny_drafter
 

@@ -31,22 +31,30 @@ class TargetInfo:
         return family_for(self.architecture)
 
 
-def read_target(model_path: str | Path) -> TargetInfo:
-    """Read a local target's config.json (multimodal configs: the text_config)."""
+def read_target_config(
+    model_path: str | Path,
+    *,
+    ints: tuple[str, ...] = ("num_hidden_layers", "hidden_size"),
+    missing: str = "no config.json for the target model",
+    fix: str = "--model-path must be a local model directory (download it first)",
+) -> tuple[dict, dict]:
+    """A local target's config.json and the language model's part of it (multimodal configs
+    such as Kimi-K2.5 keep it in text_config), with ``ints`` checked there."""
     cfg_path = Path(model_path) / "config.json"
-    cfg = read_config_json(
-        model_path,
-        missing="no config.json for the target model",
-        fix="--model-path must be a local model directory (download it first)",
-    )
-    archs = cfg.get("architectures")
-    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
-        raise WiringError("architectures must be a non-empty list", path=str(cfg_path))
+    cfg = read_config_json(model_path, missing=missing, fix=fix)
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    values = {}
-    for key in ("num_hidden_layers", "hidden_size"):
+    for key in ints:
         value = text.get(key)
         if isinstance(value, bool) or not isinstance(value, int):
             raise WiringError(f"{key} must be an int, got {value!r}", path=str(cfg_path))
-        values[key] = value
-    return TargetInfo(str(model_path), archs[0], values["num_hidden_layers"], values["hidden_size"])
+    return cfg, text
+
+
+def read_target(model_path: str | Path) -> TargetInfo:
+    """Read a local target's config.json (multimodal configs: the text_config)."""
+    cfg, text = read_target_config(model_path)
+    archs = cfg.get("architectures")
+    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
+        path = str(Path(model_path) / "config.json")
+        raise WiringError("architectures must be a non-empty list", path=path)
+    return TargetInfo(str(model_path), archs[0], text["num_hidden_layers"], text["hidden_size"])

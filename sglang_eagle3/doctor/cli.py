@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import dataclass
 
 from sglang_eagle3.checkpoint.draft_spec import DraftSpec
@@ -266,14 +267,17 @@ def parse_args(argv: list[str] | None) -> tuple[DoctorOptions, bool]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    start = time.monotonic()
     try:
         opts, as_json = parse_args(argv)
         report = run_doctor(opts)
     except WiringError as err:
         print(f"sglang_eagle3.doctor: {err}", file=sys.stderr)
         return 2
+    seconds = round(time.monotonic() - start, 1)
     if as_json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps({**report.to_dict(), "wall_seconds": seconds}, indent=2))
     else:
         print(report.render())
+        print(f"doctor wall time: {seconds} s")
     return report.exit_code

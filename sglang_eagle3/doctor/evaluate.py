@@ -22,48 +22,8 @@ from dataclasses import dataclass, field
 import torch
 
 from sglang_eagle3.data.train_data import Sample
+from sglang_eagle3.doctor.candidates import Candidate
 from sglang_eagle3.doctor.draft_forward import Eagle3Draft
-from sglang_eagle3.layout.taps import Tap, format_taps
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A layout to score: stored-tap ``indices`` feed the fc in this order."""
-
-    name: str
-    taps: tuple[Tap, ...] | None  # tap names, when the data says what it stores
-    indices: tuple[int, ...] | None  # into the stored taps; None: not evaluable
-    sources: tuple[str, ...]
-    why_not: str | None = None  # why it is not evaluable
-    aliases: tuple[str, ...] = ()  # names of merged duplicates
-
-    def __post_init__(self) -> None:
-        if (self.indices is None) == (self.why_not is None):
-            raise ValueError("a candidate has indices or a reason it has none, not both")
-        if self.indices is not None and len(set(self.indices)) != len(self.indices):
-            raise ValueError(f"candidate {self.name} repeats a stored tap: {self.indices}")
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return (self.name, *self.aliases)
-
-    @property
-    def is_floor(self) -> bool:
-        """The no-information baseline: the fc input zeroed."""
-        return self.indices == ()
-
-    @property
-    def label(self) -> str:
-        if self.is_floor:
-            return "(taps zeroed: floor)"
-        if self.taps is not None:
-            return format_taps(self.taps)
-        return "stored taps #" + ",".join(str(i) for i in self.indices or ())
-
-
-FLOOR = Candidate(
-    "floor: taps zeroed", None, (), ("fc input all zeros: what the token alone gives",)
-)
 
 
 @dataclass
@@ -109,50 +69,6 @@ class Result:
             prod *= p
             length += prod
         return length
-
-
-def stored_index_candidates(num_stored: int, num_aux: int) -> list[tuple[str, tuple[int, ...]]]:
-    """Layouts defined by stored position alone: first K, shifted by one, last K."""
-    out = [("first K stored taps", tuple(range(num_aux)))]
-    if num_stored > num_aux:
-        out.append(("shifted +1 stored tap", tuple(range(1, num_aux + 1))))
-        out.append(("last K stored taps", tuple(range(num_stored - num_aux, num_stored))))
-    return out
-
-
-def candidate_from_taps(
-    name: str, taps: Sequence[Tap], stored: Sequence[Tap] | None, source: str
-) -> Candidate:
-    """A named-tap layout, evaluable when every tap is stored."""
-    taps = tuple(taps)
-    if stored is None:
-        return Candidate(name, taps, None, (source,), "the data does not say which taps it stores")
-    missing = [t for t in taps if t not in stored]
-    if missing:
-        why = f"{format_taps(missing)} not in the data (stored: {format_taps(stored)})"
-        return Candidate(name, taps, None, (source,), why)
-    return Candidate(name, taps, tuple(list(stored).index(t) for t in taps), (source,))
-
-
-def merge_candidates(cands: Iterable[Candidate]) -> list[Candidate]:
-    """One row per distinct layout, keeping the first name and every source."""
-    out: list[Candidate] = []
-    for c in cands:
-        key = c.taps if c.taps is not None else c.indices
-        for i, seen in enumerate(out):
-            if (seen.taps if seen.taps is not None else seen.indices) == key and key is not None:
-                out[i] = Candidate(
-                    seen.name,
-                    seen.taps,
-                    seen.indices,
-                    seen.sources + c.sources,
-                    seen.why_not,
-                    seen.aliases + c.names,
-                )
-                break
-        else:
-            out.append(c)
-    return out
 
 
 def truth_tokens(

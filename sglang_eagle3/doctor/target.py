@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from sglang_eagle3.checkpoint.config_json import read_config_json
 from sglang_eagle3.checkpoint.draft_weights import RowTable, find_tensor, load_tensor
 from sglang_eagle3.checkpoint.safetensors_header import read_checkpoint_tensors
+from sglang_eagle3.checkpoint.target_config import read_target_config
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.layout.taps import Tap, format_taps
 from sglang_eagle3.ops.rms_norm import rms_norm
@@ -28,18 +28,13 @@ _ROWS = 256  # logits rows per chunk: a 163840-wide vocab stays under 200 MB
 
 
 def target_config(target_dir: str | Path) -> dict:
-    path = Path(target_dir) / "config.json"
-    cfg = read_config_json(
+    """The language model's config of a target (text_config for multimodal targets)."""
+    return read_target_config(
         target_dir,
+        ints=("num_hidden_layers", "hidden_size", "vocab_size"),
         missing="no config.json: not a model directory",
         fix="point --target at the target model's directory",
-    )
-    # multimodal targets (Kimi-K2.5) keep the language model's numbers in text_config
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    for key in ("num_hidden_layers", "hidden_size", "vocab_size"):
-        if not isinstance(text.get(key), int):
-            raise WiringError(f"missing or non-int field {key}", path=str(path))
-    return text
+    )[1]
 
 
 class VerifierHead:

@@ -211,6 +211,15 @@ def table(result: dict) -> str:
         f"greedy outputs drafted as the servers do: {shape}): "
         f"{'-' if pred is None else f'{pred:.2f}'}"
     )
+    chain = result.get("doctor_chain_accept_length")
+    if chain is not None:
+        lines.append(f"the chain formula 1 + p1 + p1*p2 + ... on the same sequences: {chain:.2f}")
+    served = {r["name"]: r["accept_length"] for r in result["rows"]}
+    declared, stock = served.get("declared-layout"), served.get("stock-wiring")
+    if declared and pred:
+        lines.append(f"served vs predicted: {100 * (declared / pred - 1):+.1f} %")
+    if declared and stock:
+        lines.append(f"declared layout's accept length / stock wiring's: {declared / stock:.2f}x")
     return "\n".join(lines)
 
 
@@ -238,11 +247,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     default_tokens = args.steps + 1 if args.topk == 1 else 2 * args.steps
     spec = (args.steps, args.topk, args.draft_tokens or default_tokens)
+    start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sglang-eagle3-demo-") as work:
         result = run(
             args.prompts, args.max_new_tokens, Path(work), args.norm_fix_off_row, spec=spec
         )
     print(table(result))
+    minutes, seconds = divmod(round(time.monotonic() - start), 60)
+    print(f"demo wall time: {minutes} min {seconds} s")
     if args.json:
         slim = {
             "rows": [
