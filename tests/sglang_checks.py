@@ -2,39 +2,82 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+PROMPT = [0, 17, 300, 45, 99, 512, 7, 64]
 
 
-def capture_vs_hf(srv, target: Path, hf_indices: tuple[int, ...]) -> tuple[float, float]:
-    """Ask a capture-only server for aux hidden states over a prefill and decode steps.
+def captured_and_hf(
+    srv, target: Path, loader: Callable[[Path], Any] | None = None, max_new_tokens: int = 4
+):
+    """One greedy request to a capture-only server, next to HF's hidden states for it.
 
-    Returns (max |diff| against HF hidden_states at `hf_indices`, max |diff| against the
-    taps shifted by one), in fp64. Rows are in SGLang's ascending capture order.
+    Returns (got [positions, taps * hidden] fp64, HF hidden_states tuple, start): row r of
+    `got` is token position `start + r`, over the prefill and every decode step. `loader`
+    turns a target directory into an HF model (default: the tiny DeepSeek-V3 loader).
     """
     import torch
 
-    from sglang_eagle3.checkpoint.hf_target import load_hf_target
+    if loader is None:
+        from sglang_eagle3.checkpoint.hf_target import load_hf_target as loader
 
-    prompt = [0, 17, 300, 45, 99, 512, 7, 64]
-    params = {"max_new_tokens": 4, "temperature": 0}
-    req = {"input_ids": prompt, "return_hidden_states": True, "sampling_params": params}
+    params = {"max_new_tokens": max_new_tokens, "temperature": 0}
+    req = {"input_ids": PROMPT, "return_hidden_states": True, "sampling_params": params}
     out = srv.post("/generate", req)
     chunks = out["meta_info"]["hidden_states"]
     if len(chunks) < 3:
         raise AssertionError(f"expected a prefill and >= 2 decode steps, got {len(chunks)}")
     rows = [torch.tensor(chunks[0])] + [torch.tensor(c).reshape(1, -1) for c in chunks[1:]]
-    got = torch.cat(rows).double()  # [positions, taps * hidden]
+    got = torch.cat(rows).double()
     # The prefill chunk covers only the tokens not already in SGLang's radix cache.
-    start = len(prompt) - len(chunks[0])
+    start = len(PROMPT) - len(chunks[0])
     if start != out["meta_info"]["cached_tokens"]:
         raise AssertionError(f"prefill rows {len(chunks[0])} do not match the cached prefix")
-    tokens = prompt + out["output_ids"]
+    tokens = PROMPT + out["output_ids"]
     with torch.no_grad():
-        hs = load_hf_target(target)(torch.tensor([tokens]), output_hidden_states=True)
-    hs = hs.hidden_states
+        hs = loader(target)(torch.tensor([tokens]), output_hidden_states=True).hidden_states
+    return got, hs, start
 
-    def diff(indices) -> float:
-        ref = torch.cat([hs[i][0] for i in indices], -1).double()[start : start + len(got)]
-        return (got - ref).abs().max().item()
 
-    return diff(hf_indices), diff(tuple(i + 1 for i in hf_indices))
+def _diff(got, hs, start: int, indices) -> float:
+    import torch
+
+    ref = torch.cat([hs[i][0] for i in indices], -1).double()[start : start + len(got)]
+    if ref.shape != got.shape:
+        raise AssertionError(f"server gave {tuple(got.shape)}, HF taps {tuple(ref.shape)}")
+    return (got - ref).abs().max().item()
+
+
+def capture_vs_hf(
+    srv, target: Path, hf_indices: tuple[int, ...], loader: Callable[[Path], Any] | None = None
+) -> tuple[float, float]:
+    """Ask a capture-only server for aux hidden states over a prefill and decode steps.
+
+    Returns (max |diff| against HF hidden_states at `hf_indices`, max |diff| against the
+    taps shifted by one; nan when a shifted index is past HF's last entry), in fp64. Rows
+    are in SGLang's ascending capture order. `loader`: see `captured_and_hf`.
+    """
+    got, hs, start = captured_and_hf(srv, target, loader)
+    shifted = tuple(i + 1 for i in hf_indices)
+    shifted_diff = _diff(got, hs, start, shifted) if max(shifted) < len(hs) else float("nan")
+    return _diff(got, hs, start, hf_indices), shifted_diff
+
+
+def nearest_hf_indices(
+    srv, target: Path, loader: Callable[[Path], Any] | None = None
+) -> list[tuple[int, float]]:
+    """For each tap the server returned, in its order: (the HF hidden_states index it is
+    closest to, that max |diff|). Tells what a server captures for given ids."""
+    got, hs, start = captured_and_hf(srv, target, loader)
+    hidden = hs[0].shape[-1]
+    if got.shape[-1] % hidden:
+        raise AssertionError(f"row width {got.shape[-1]} is not a multiple of {hidden}")
+    out = []
+    for t in range(got.shape[-1] // hidden):
+        tap = got[:, t * hidden : (t + 1) * hidden]
+        diffs = [_diff(tap, hs, start, (i,)) for i in range(len(hs))]
+        best = min(range(len(hs)), key=diffs.__getitem__)
+        out.append((best, diffs[best]))
+    return out

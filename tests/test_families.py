@@ -159,3 +159,10 @@ def test_unknown_family_and_unreachable_final_layer_are_refused(tmp_path):
         plan_launch(argv("LlamaForCausalLM"), opts)
     plan = plan_launch(argv("GptOssForCausalLM"), opts).to_json()  # its loop reaches hs[n]
     assert plan["capture_indices"] == [0, 3, 8]
+
+
+def test_rows_marked_tested_are_the_families_served_in_tests():
+    import test_family_capture
+
+    served = set(test_family_capture.SERVED) | {"deepseek_v2"}  # test_capture_server.py
+    assert {f.name for f in FAMILIES if f.tested_here} == served

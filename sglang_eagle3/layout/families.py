@@ -45,7 +45,7 @@ class Family:
     delegate: str | None = None  # wrapper: the attribute holding the language model
     stack: str = "model"  # attribute path to the decoder stack (layers_to_capture, layers)
     two_batch_overlap_skips: bool = False  # layers run without capture under TBO
-    tested_here: bool = False  # captured exactly against HF in this repository's tests
+    tested_here: bool = False  # served here, taps = HF (tests/test_family_capture.py)
     refused: str | None = None  # why the plugin cannot guarantee a declared layout here
     display: str | None = None  # the name messages use, when not the file's
 
@@ -102,7 +102,7 @@ _GEMMA3 = (
 FAMILIES: tuple[Family, ...] = (
     _row("llama", "LlamaForCausalLM",
          ["LlamaForCausalLM", "Phi3ForCausalLM", "InternLM3ForCausalLM", "IQuestCoderForCausalLM",
-          "MistralForCausalLM", "Ministral3ForCausalLM", "TeleFLMForCausalLM"]),
+          "MistralForCausalLM", "Ministral3ForCausalLM", "TeleFLMForCausalLM"], tested_here=True),
     _row("apertus", "ApertusForCausalLM", ["ApertusForCausalLM"]),
     _row("bailing_moe", "BailingMoEForCausalLM",
          ["BailingMoEForCausalLM", "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM",
@@ -120,15 +120,17 @@ FAMILIES: tuple[Family, ...] = (
     _row("gemma4_mm", "Gemma4ForConditionalGeneration",
          ["Gemma4ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration"],
          final_layer=True, stack="language_model"),
-    _row("glm4_moe", "Glm4MoeForCausalLM", ["Glm4MoeForCausalLM"], two_batch_overlap_skips=True),
+    _row("glm4_moe", "Glm4MoeForCausalLM", ["Glm4MoeForCausalLM"], two_batch_overlap_skips=True,
+         tested_here=True),
     _row("glm4_moe_lite", "Glm4MoeLiteForCausalLM", ["Glm4MoeLiteForCausalLM"], rule=_DS,
          two_batch_overlap_skips=True),
     _row("glm5_next", "Glm5NextForConditionalGeneration", ["Glm5NextForConditionalGeneration"],
          two_batch_overlap_skips=True),
-    _row("gpt_oss", "GptOssForCausalLM", ["GptOssForCausalLM"], rule=_MAX, final_layer=True),
+    _row("gpt_oss", "GptOssForCausalLM", ["GptOssForCausalLM"], rule=_MAX, final_layer=True,
+         tested_here=True),
     _row("kimi_k25", "KimiK25ForConditionalGeneration", ["KimiK25ForConditionalGeneration"],
          rule=_DS, switch=Switch.PACKER, delegate="language_model", stack="language_model.model",
-         two_batch_overlap_skips=True, tested_here=True, display="DeepSeek (Kimi-K2.5 wrapper)"),
+         two_batch_overlap_skips=True, display="DeepSeek (Kimi-K2.5 wrapper)"),
     _row("longcat_flash", "LongcatFlashForCausalLM", ["LongcatFlashForCausalLM"]),
     _row("minimax_m2", "MiniMaxM2ForCausalLM", ["MiniMaxM2ForCausalLM"],
          two_batch_overlap_skips=True),
@@ -144,11 +146,11 @@ FAMILIES: tuple[Family, ...] = (
          ["Qwen2_5_VLForConditionalGeneration"]),
     _row("qwen2_moe", "Qwen2MoeForCausalLM", ["Qwen2MoeForCausalLM"], switch=Switch.FLAGS,
          two_batch_overlap_skips=True),
-    _row("qwen3", "Qwen3ForCausalLM", ["Qwen3ForCausalLM"]),
+    _row("qwen3", "Qwen3ForCausalLM", ["Qwen3ForCausalLM"], tested_here=True),
     _row("qwen3_5_text", "Qwen3_5ForCausalLM", ["Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"],
          switch=Switch.FLAGS),
     _row("qwen3_moe", "Qwen3MoeForCausalLM", ["Qwen3MoeForCausalLM", "MellumForCausalLM"],
-         switch=Switch.FLAGS, two_batch_overlap_skips=True),
+         switch=Switch.FLAGS, two_batch_overlap_skips=True, tested_here=True),
     _row("qwen3_next", "Qwen3NextForCausalLM", ["Qwen3NextForCausalLM"], switch=Switch.FLAGS),
     _row("qwen3_vl", "Qwen3VLForConditionalGeneration",
          ["Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
@@ -172,3 +174,28 @@ def example_layout(num_layers: int) -> tuple[str, ...]:
     n = num_layers
     layers = sorted({max(0, n // 2 - 1), max(0, n - 4)})
     return ("embed", *(f"layer:{k}" for k in layers))
+
+
+def families_markdown() -> str:
+    """The README's table: each family, stock SGLang's rule, and what the plugin does."""
+    from sglang_eagle3.table import markdown_table
+
+    def plugin(f: Family) -> str:
+        if f.refused:
+            return f"refuses a declared layout: {f.refused}"
+        reach = "embed..last layer's output" if f.final_layer else "embed..layer:n-2"
+        how = "flags cleared, then set" if f.switch is Switch.FLAGS else "list set"
+        return f"exact taps in any order ({reach}); {how}"
+
+    rows = [
+        [f"`{f.name}`", ", ".join(f.architectures), str(f.rule), str(f.switch), plugin(f),
+         "served; taps = HF" if f.tested_here else "stock rule run vs this row"]
+        for f in FAMILIES
+    ]  # fmt: skip
+    header = ("SGLang file", "architectures", "stock id rule", "capture switch", "plugin",
+              "tested here")  # fmt: skip
+    return markdown_table(header, rows)
+
+
+if __name__ == "__main__":
+    print(families_markdown())

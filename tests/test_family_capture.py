@@ -1,0 +1,89 @@
+"""Capture-only mode on non-DeepSeek EAGLE-3 target families, against HF output_hidden_states.
+
+The targets are tiny random HF models (testing/tiny/family_targets.py): capture exactness
+needs each family's decoder loop and weight names, not trained weights. Stock SGLang 0.5.23
+maps explicit ids X to hs[X + 1] (output of layer X) and cannot capture `embed` (ids must
+be non-negative), so a layout with embed and a non-ascending order only passes when the
+plugin hooks the family.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sglang_checks import capture_vs_hf, nearest_hf_indices
+
+from sglang_eagle3 import env_names
+from sglang_eagle3.testing.tiny import family_targets
+from sglang_eagle3.testing.tiny import tokenizer as tok_mod
+
+FP32 = ["--dtype", "float32"]
+CAPTURE_ONLY = ["--enable-return-aux-hidden-states", "--speculative-algorithm", "EAGLE3"]
+# gpt_oss refuses torch_native attention (SGLang asserts its backend list)
+BACKEND = {"gpt_oss": "intel_amx"}
+LAYOUT = "layer:4,embed,layer:1"  # not ascending: SGLang fills embed, layer:1, layer:4
+HF_INDICES = (0, 2, 5)  # hs[0] = embed, hs[K + 1] = layer:K
+ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "glm4_moe": "Glm4MoeForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
+    "minimax_m2": "MiniMaxM2ForCausalLM",
+}
+
+
+@pytest.mark.parametrize("family", sorted(ARCHITECTURES))
+def test_family_config_names_its_architecture(family):
+    config = family_targets.family_config(family)
+    assert config.architectures == [ARCHITECTURES[family]]
+    assert config.num_hidden_layers == 8  # SGLang's default taps [2, 4, 5] stay distinct
+    assert config.vocab_size == tok_mod.TokenizerRecipe().vocab_size
+    assert (config.bos_token_id, config.eos_token_id) == (tok_mod.BOS_ID, tok_mod.EOS_ID)
+
+
+def test_unknown_family_is_refused():
+    with pytest.raises(ValueError, match="unknown family"):
+        family_targets.family_config("falcon")
+
+
+def test_built_target_is_cached_and_reloads_with_all_hidden_states(tmp_path):
+    import torch
+
+    path = family_targets.tiny_family_target("llama", root=tmp_path)
+    assert family_targets.tiny_family_target("llama", root=tmp_path) == path  # no rebuild
+    assert json.loads((path / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    model = family_targets.load_family_target(path)
+    with torch.no_grad():
+        hs = model(torch.tensor([[0, 17, 300]]), output_hidden_states=True).hidden_states
+    assert len(hs) == model.config.num_hidden_layers + 1
+
+
+SERVED = ("llama", "qwen3", "qwen3_moe", "glm4_moe", "gpt_oss")  # minimax_m2: see README
+
+
+@pytest.mark.sglang
+@pytest.mark.slow
+@pytest.mark.parametrize("family", SERVED)
+def test_capture_only_returns_the_declared_taps_exactly(server_factory, family, figures):
+    """Prefill and decode rows over HTTP equal HF hidden_states[0, 2, 5], fp32."""
+    target = family_targets.tiny_family_target(family)
+    srv = server_factory(
+        target,
+        FP32 + CAPTURE_ONLY + ["--attention-backend", BACKEND.get(family, "torch_native")],
+        name=f"capture-{family}",
+        env={env_names.LAYOUT: LAYOUT},
+    )
+    loader = family_targets.load_family_target
+    diff, shifted_diff = capture_vs_hf(srv, target, HF_INDICES, loader)
+    figures.record(f"{family}: max |diff| capture-only taps vs HF hidden_states[0, 2, 5]", diff)
+    figures.record(f"{family}: max |diff| against the taps shifted by one", shifted_diff)
+    if diff >= 1e-4:  # say what the server captured instead
+        got = nearest_hf_indices(srv, target, loader)
+        pytest.fail(f"{family}: taps differ by {diff:.3g}; server returned (nearest HF index, "
+                    f"diff) {got} for layout {LAYOUT!r}, want {HF_INDICES}")  # fmt: skip
+    assert shifted_diff > 1e-2, shifted_diff  # the comparison can tell neighbours apart
+    # The plugin's log line names the family and the ascending indices it filled.
+    line = f"{ARCHITECTURES[family]}: capturing taps layer:4, embed, layer:1 (SGLang capture "
+    assert line + "indices [0, 2, 5]" in srv.log()
