@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from test_spec_flags import DSV3, LLAMA, SEED
 
 from sglang_eagle3.launch.spec_flags import (
     DRAFT,
@@ -20,77 +21,6 @@ from sglang_eagle3.launch.spec_flags import (
     resolve_spec_flags,
     sglang_argv_flags,
 )
-
-LLAMA, DSV3, QWEN = "LlamaForCausalLM", "DeepseekV3ForCausalLM", "Qwen3ForCausalLM"
-GROK = "Grok1ForCausalLM"
-FLAGS = (STEPS, TOPK, DRAFT)
-SEED = SpecFlags(num_steps=1, eagle_topk=1, num_draft_tokens=16)
-
-# (user flags, architecture, extra kwargs, resolved (steps, topk, draft) or conflict substrings)
-ROWS = [
-    # all unset: SGLang's auto values (speculative_hook.py L1430-1461)
-    (SpecFlags(), LLAMA, {}, (5, 4, 8)),
-    (SpecFlags(), GROK, {}, (5, 4, 8)),
-    (SpecFlags(), DSV3, {}, (3, 1, 4)),
-    (SpecFlags(), QWEN, {}, (3, 1, 4)),  # unlisted architectures get the DeepSeek triple
-    # topk 1: draft tokens = steps + 1 (L1255-1266), derived, never rewritten
-    (SpecFlags(3, 1, None), LLAMA, {}, (3, 1, 4)),
-    (SpecFlags(3, 1, 4), DSV3, {}, (3, 1, 4)),
-    (
-        SEED,
-        DSV3,
-        {},
-        [
-            f"{STEPS} 1 {TOPK} 1 {DRAFT} 16",
-            "would silently change 16 to 2",
-            f"{STEPS} 15 (a chain of 16 tokens)",
-            f"{TOPK} 15 or more",
-            f"{DRAFT} 2",
-        ],
-    ),
-    # steps unset (SGLang: bare AssertionError, L1159-1163): derived from what is given
-    (SpecFlags(None, 1, 8), LLAMA, {}, (7, 1, 8)),
-    (SpecFlags(None, None, 20), DSV3, {}, (19, 1, 20)),
-    (SpecFlags(None, 4, 60), DSV3, {}, (5, 4, 60)),  # fewest steps whose tree holds 60
-    (SpecFlags(None, 1, None), LLAMA, {}, (5, 1, 6)),
-    # topk > 1: draft tokens <= 1 + topk + (steps - 1) * topk^2 (runtime torch.topk)
-    (SpecFlags(2, None, 20), DSV3, {}, (2, 4, 20)),
-    (SpecFlags(3, 4, 37), LLAMA, {}, (3, 4, 37)),
-    (SpecFlags(3, 4, 38), LLAMA, {}, ["at most 37 draft tokens", f"{DRAFT} between 2 and 37"]),
-    (SpecFlags(3, 4, 1), LLAMA, {}, ["verifies no draft token"]),
-    (SpecFlags(2, 8, None), DSV3, {}, (2, 8, 4)),
-    # trees ruled out: trtllm_mha (L1176-1180), rejection sampling (L1220-1224), paging
-    (SpecFlags(), LLAMA, {"attention_backend": "trtllm_mha"}, (5, 1, 6)),
-    (SpecFlags(), LLAMA, {"decode_attention_backend": "trtllm_mha"}, (5, 1, 6)),
-    (SpecFlags(), LLAMA, {"use_rejection_sampling": True}, (5, 1, 6)),
-    (SpecFlags(), LLAMA, {"use_block_verification": True}, (5, 1, 6)),
-    (
-        SpecFlags(3, 4, 8),
-        LLAMA,
-        {"use_rejection_sampling": True},
-        [
-            "rejection sampling",
-            f"{DRAFT} 4 with {TOPK} 1 (a chain)",
-            "no --speculative-use-rejection-sampling",
-        ],
-    ),
-    (SpecFlags(3, 4, 8), LLAMA, {"attention_backend": "trtllm_mha"}, ["trtllm_mha"]),
-    (
-        SpecFlags(3, 4, 8),
-        LLAMA,
-        {"page_size": 16, "attention_backend": "torch_native"},
-        ["--page-size 16", "flashinfer/fa3/triton", "--page-size 1 or --attention-backend"],
-    ),
-    (SpecFlags(3, 4, 8), LLAMA, {"page_size": 16, "attention_backend": "fa3"}, (3, 4, 8)),
-    (SpecFlags(), LLAMA, {"page_size": 16, "attention_backend": "torch_native"}, (5, 1, 6)),
-    (
-        SpecFlags(1, None, 16),
-        DSV3,
-        {"use_rejection_sampling": True},
-        [f"{TOPK} 1 (derived)", f"{STEPS} 15", f"{DRAFT} 2"],
-    ),
-]
-
 
 # --- SGLang's own resolution, in a subprocess (its import is heavy and mutates globals) ----
 _PROBE = r"""
