@@ -166,3 +166,22 @@ def test_rows_marked_tested_are_the_families_served_in_tests():
 
     served = set(test_family_capture.SERVED) | {"deepseek_v2"}  # test_capture_server.py
     assert {f.name for f in FAMILIES if f.tested_here} == served
+
+
+def test_write_draft_only_refuses_what_stock_cannot_read_unless_for_plugin(tmp_path, capsys):
+    from sglang_eagle3.launch.cli import main
+
+    draft = _speculators_draft(tmp_path, [6, 0, 3])  # layer:5, embed, layer:2
+    target = _target(tmp_path, "Qwen3MoeForCausalLM", 8)
+    capsys.readouterr()  # speculators' save progress bar
+    argv = ["--write-draft-only", "--model-path", str(target), "--speculative-algorithm",
+            "EAGLE3", "--speculative-draft-model-path", str(draft),
+            "--draft-cache-dir", str(tmp_path / "cache")]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "qwen3_moe cannot capture layer:5, embed, layer:2" in err[0]
+    assert "--for-plugin" in err[0] and not (tmp_path / "cache").exists()
+    assert main([*argv, "--for-plugin"]) == 0
+    (flat,) = (tmp_path / "cache").iterdir()
+    layout = json.loads((flat / "config.json").read_text())["eagle_config"]["hidden_state_layout"]
+    assert layout == ["layer:5", "embed", "layer:2"]

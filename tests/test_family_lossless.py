@@ -1,0 +1,62 @@
+"""EAGLE-3 on non-DeepSeek targets through the launcher: the declared taps, and the same greedy
+tokens as plain decoding.
+
+A speculators-format random drafter (its taps `layer:5, embed, layer:2`: embed, and not
+ascending) on tiny random Llama and Qwen3-MoE targets. Random weights accept few drafts, but
+losslessness and the capture plan do not depend on how many are accepted.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from sglang_eagle3.testing.tiny import family_targets
+from sglang_eagle3.testing.tiny.random_speculators import write_random_speculators_draft
+
+FP32 = ["--cpu", "--dtype", "float32", "--attention-backend", "intel_amx"]
+EAGLE = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
+         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]  # fmt: skip
+PROMPTS = ["def main(", "import os\n", "class Foo:", "for i in range(", "return self.",
+           "if __name__ ==", "    def __init__(self", "# Copyright"]  # fmt: skip
+ARCH = {"llama": "LlamaForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
+
+
+def _generate(srv, text: str, n: int = 12) -> dict:
+    params = {"max_new_tokens": n, "temperature": 0}
+    return srv.post("/generate", {"text": text, "sampling_params": params})
+
+
+def _greedy(srv, text: str) -> list[int]:
+    return _generate(srv, text)["output_ids"]
+
+
+@pytest.mark.parametrize("family", sorted(ARCH))
+def test_eagle3_through_the_launcher_is_lossless(server_factory, family, tmp_path, figures):
+    target = family_targets.tiny_family_target(family)
+    draft = write_random_speculators_draft(
+        tmp_path / "draft", target, hf_ids=(6, 0, 3), num_layers=1, embed_requires_grad=False
+    )
+    plain = server_factory(target, FP32, name=f"plain-{family}", cpu=False,
+                           module="sglang_eagle3.launch")  # fmt: skip
+    want = {p: _greedy(plain, p) for p in PROMPTS}
+    plain.stop()  # one server at a time: two would share the two cores
+    srv = server_factory(
+        target,
+        FP32 + EAGLE + ["--speculative-draft-model-path", str(draft),
+                        "--draft-cache-dir", str(tmp_path / "drafts")],
+        name=f"eagle3-{family}", cpu=False, module="sglang_eagle3.launch",
+    )  # fmt: skip
+    log = srv.log()
+    assert f"{ARCH[family]}: capturing taps layer:5, embed, layer:2 (SGLang capture " in log
+    assert "fc column blocks permuted [2, 0, 1]" in log
+    outs = {p: _generate(srv, p) for p in PROMPTS}
+    assert all(o["meta_info"]["spec_verify_ct"] > 0 for o in outs.values())  # it speculated
+    got = {p: o["output_ids"] for p, o in outs.items()}
+    with ThreadPoolExecutor(8) as pool:
+        concurrent = list(pool.map(lambda p: _greedy(srv, p), PROMPTS))
+    same = sum(got[p] == want[p] for p in PROMPTS)
+    figures.record(f"{family}: EAGLE-3 prompts equal to plain greedy", f"{same} of {len(PROMPTS)}")
+    assert got == want
+    assert concurrent == [want[p] for p in PROMPTS]
