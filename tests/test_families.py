@@ -185,3 +185,10 @@ def test_write_draft_only_refuses_what_stock_cannot_read_unless_for_plugin(tmp_p
     (flat,) = (tmp_path / "cache").iterdir()
     layout = json.loads((flat / "config.json").read_text())["eagle_config"]["hidden_state_layout"]
     assert layout == ["layer:5", "embed", "layer:2"]
+
+
+def test_readme_table_is_what_the_command_prints():
+    from sglang_eagle3.layout.families import families_markdown
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    assert families_markdown() in readme
