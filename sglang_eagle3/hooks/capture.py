@@ -17,9 +17,8 @@ from collections.abc import Sequence
 from sglang.srt.plugins.hook_registry import HookType
 
 from sglang_eagle3 import env_names
-from sglang_eagle3.errors import WiringError
 from sglang_eagle3.hooks.plan import resolve_plan
-from sglang_eagle3.layout.capture_plan import CapturePlan
+from sglang_eagle3.layout.capture_plan import CapturePlan, check_family
 from sglang_eagle3.layout.families import Family, Switch, family_for
 from sglang_eagle3.layout.stock_note import stock_capture_note
 from sglang_eagle3.log import get_logger
@@ -57,36 +56,6 @@ def _resolve(model, path: str):
     return model
 
 
-def _check(family: Family | None, target: str, plan: CapturePlan) -> Family:
-    if family is None:
-        raise WiringError(
-            f"target class {target} is not in sglang-eagle3's table of SGLang 0.5.23 EAGLE-3 "
-            "families, so the declared taps cannot be guaranteed",
-            path=plan.source,
-            fix="serve a target family the table lists (README: 'Target families'), or drop "
-            "the declared layout to run stock SGLang",
-        )
-    if family.refused:
-        raise WiringError(f"{target} ({family.name}): {family.refused}", path=plan.source,
-                          fix="serve this drafter on another target family")  # fmt: skip
-    top = family.max_capture_index(plan.num_layers)
-    if max(plan.capture_indices) > top:
-        raise WiringError(
-            f"{target} ({family.name}) cannot capture the last layer's output "
-            f"(capture indices stop at {top})",
-            path=plan.source,
-            fix=f"train the drafter on taps up to layer:{plan.num_layers - 2}",
-        )
-    if family.two_batch_overlap_skips and getattr(_server_args(), "enable_two_batch_overlap", 0):
-        raise WiringError(
-            f"two-batch overlap runs {family.name} layers without hidden-state capture, so the "
-            "drafter would get no taps",
-            path="--enable-two-batch-overlap",
-            fix="drop --enable-two-batch-overlap when serving an EAGLE-3 drafter",
-        )
-    return family
-
-
 def _write(stack, family: Family, indices: Sequence[int]) -> None:
     stack.layers_to_capture = list(indices)
     layers = getattr(stack, "layers", None) or ()
@@ -111,7 +80,8 @@ def configure_aux_hidden_state_capture(original, *args, **kwargs):
         ids = kwargs.get("eagle_aux_hidden_state_layer_ids")
         logger.info(stock_capture_note(family, target, ids, n) + f" [{source}]")
         return original(*args, **kwargs)
-    family = _check(family, target, plan)
+    tbo = bool(getattr(_server_args(), "enable_two_batch_overlap", False))
+    family = check_family(family, target, path=plan.source, two_batch_overlap=tbo)
     # Stock sets itself up (capture switched on) with its own default, which is in range.
     result = original(*args, **{**kwargs, "eagle_aux_hidden_state_layer_ids": None})
     _write(_resolve(model, family.stack), family, plan.capture_indices)

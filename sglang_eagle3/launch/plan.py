@@ -19,7 +19,12 @@ from sglang_eagle3.checkpoint.target_config import TargetInfo, read_target
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.launch.argv import argv_get, argv_has, argv_set
 from sglang_eagle3.launch.spec_flags import Resolution, resolve_spec_argv, sglang_argv_flags
-from sglang_eagle3.layout.capture_plan import LAYOUT_ENV, CapturePlan, plan_from_layout
+from sglang_eagle3.layout.capture_plan import (
+    LAYOUT_ENV,
+    CapturePlan,
+    check_family,
+    plan_from_layout,
+)
 from sglang_eagle3.layout.conventions import stock_capture
 from sglang_eagle3.layout.families import example_layout
 
@@ -113,22 +118,8 @@ def capture_plan_for(target: TargetInfo, spec: DraftSpec) -> CapturePlan:
     """The capture plan for a declared layout on this target, or a WiringError in the
     target's own terms (family not in the table, a family that cannot capture, a tap past
     the last index the family's loop reaches)."""
-    family = target.family
+    family = check_family(target.family, target.architecture, path=target.path)
     where = f"{spec.layout_source} ({spec.config_path})"
-    if family is None:
-        raise WiringError(
-            f"{target.architecture} is not in sglang-eagle3's table of SGLang 0.5.23 EAGLE-3 "
-            "target families, so the declared taps cannot be guaranteed",
-            path=target.path,
-            fix="serve a listed family (README: 'Target families'), or start SGLang without a "
-            "declared layout",
-        )
-    if family.refused:
-        raise WiringError(
-            f"{target.architecture} ({family.label}): {family.refused}",
-            path=target.path,
-            fix="serve this drafter on another target family",
-        )
     return plan_from_layout(spec.layout, where, final_layer=family.final_layer)
 
 
@@ -191,13 +182,9 @@ def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
             "draft config",
         )
     capture = capture_plan_for(target, spec)
+    tbo = argv_has(argv, "--enable-two-batch-overlap")
+    check_family(family, target.architecture, path=target.path, two_batch_overlap=tbo)
     env[LAYOUT_ENV] = ",".join(capture.taps)
-    if family.two_batch_overlap_skips and argv_has(argv, "--enable-two-batch-overlap"):
-        raise WiringError(
-            f"two-batch overlap runs {family.label} layers without hidden-state capture",
-            path="--enable-two-batch-overlap",
-            fix="drop --enable-two-batch-overlap when serving an EAGLE-3 drafter",
-        )
     out = list(argv)
     converted = None
     if spec.format == "speculators":

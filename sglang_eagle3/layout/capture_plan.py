@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sglang_eagle3 import env_names
 from sglang_eagle3.errors import WiringError
+from sglang_eagle3.layout.families import Family
 from sglang_eagle3.layout.hidden_state_layout import HiddenStateLayout
 from sglang_eagle3.layout.taps import format_taps
 
@@ -71,3 +72,33 @@ def plan_from_layout(
         source=source,
         num_layers=n,
     )
+
+
+def check_family(
+    family: Family | None, architecture: str, *, path: str, two_batch_overlap: bool = False
+) -> Family:
+    """The target's row, or a WiringError: a family outside the table, one that cannot
+    capture a tap, or two-batch overlap on one that runs layers without capture. The launcher
+    asks before SGLang starts; the plugin asks again where the target is built."""
+    if family is None:
+        raise WiringError(
+            f"{architecture} is not in sglang-eagle3's table of SGLang 0.5.23 EAGLE-3 "
+            "target families, so the declared taps cannot be guaranteed",
+            path=path,
+            fix="serve a listed family (README: 'Target families'), or start SGLang without a "
+            "declared layout",
+        )
+    if family.refused:
+        raise WiringError(
+            f"{architecture} ({family.label}): {family.refused}",
+            path=path,
+            fix="serve this drafter on another target family",
+        )
+    if two_batch_overlap and family.two_batch_overlap_skips:
+        raise WiringError(
+            f"two-batch overlap runs {family.label} layers without hidden-state capture, so "
+            "the drafter would get no taps",
+            path="--enable-two-batch-overlap",
+            fix="drop --enable-two-batch-overlap when serving an EAGLE-3 drafter",
+        )
+    return family
