@@ -41,7 +41,7 @@ def captured_and_hf(
     return got, hs, start
 
 
-def _diff(got, hs, start: int, indices) -> float:
+def taps_diff(got, hs, start: int, indices) -> float:
     import torch
 
     ref = torch.cat([hs[i][0] for i in indices], -1).double()[start : start + len(got)]
@@ -61,8 +61,8 @@ def capture_vs_hf(
     """
     got, hs, start = captured_and_hf(srv, target, loader)
     shifted = tuple(i + 1 for i in hf_indices)
-    shifted_diff = _diff(got, hs, start, shifted) if max(shifted) < len(hs) else float("nan")
-    return _diff(got, hs, start, hf_indices), shifted_diff
+    shifted_diff = taps_diff(got, hs, start, shifted) if max(shifted) < len(hs) else float("nan")
+    return taps_diff(got, hs, start, hf_indices), shifted_diff
 
 
 def nearest_hf_indices(
@@ -77,7 +77,7 @@ def nearest_hf_indices(
     out = []
     for t in range(got.shape[-1] // hidden):
         tap = got[:, t * hidden : (t + 1) * hidden]
-        diffs = [_diff(tap, hs, start, (i,)) for i in range(len(hs))]
+        diffs = [taps_diff(tap, hs, start, (i,)) for i in range(len(hs))]
         best = min(range(len(hs)), key=diffs.__getitem__)
         out.append((best, diffs[best]))
     return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from sglang_checks import capture_vs_hf, nearest_hf_indices
+from sglang_checks import capture_vs_hf, captured_and_hf, nearest_hf_indices, taps_diff
 
 from sglang_eagle3 import env_names
 from sglang_eagle3.testing.tiny import family_targets
@@ -87,3 +87,29 @@ def test_capture_only_returns_the_declared_taps_exactly(server_factory, family, 
     # The plugin's log line names the family and the ascending indices it filled.
     line = f"{ARCHITECTURES[family]}: capturing taps layer:4, embed, layer:1 (SGLang capture "
     assert line + "indices [0, 2, 5]" in srv.log()
+
+
+def _pre_norm_loader(path):
+    # transformers 5 hands back the final norm's output as the last hidden state; SGLang's
+    # gpt_oss captures the residual stream before that norm
+    model = family_targets.load_family_target(path)
+    model.config.tie_last_hidden_states = False
+    return model
+
+
+@pytest.mark.sglang
+@pytest.mark.slow
+def test_gpt_oss_captures_the_last_layers_output(server_factory, figures):
+    """gpt_oss's loop reaches hs[n]: `layer:7` of 8 layers is captured, pre-norm, exactly."""
+    target = family_targets.tiny_family_target("gpt_oss")
+    srv = server_factory(
+        target, FP32 + CAPTURE_ONLY + ["--attention-backend", BACKEND["gpt_oss"]],
+        name="capture-gpt_oss-final", env={env_names.LAYOUT: "layer:7,embed,layer:1"},
+    )  # fmt: skip
+    assert "capturing taps layer:7, embed, layer:1 (SGLang capture indices [0, 2, 8]" in srv.log()
+    got, hs, start = captured_and_hf(srv, target, _pre_norm_loader)
+    diff, one_early = taps_diff(got, hs, start, (0, 2, 8)), taps_diff(got, hs, start, (0, 2, 7))
+    figures.record("gpt_oss: max |diff| capture-only taps vs HF hidden_states[0, 2, 8]", diff)
+    figures.record("gpt_oss: the same against layer:6 for the last tap", one_early)
+    assert diff < 1e-4, diff
+    assert one_early > 1e-2, one_early

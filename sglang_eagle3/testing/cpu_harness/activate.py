@@ -12,6 +12,7 @@ import os
 from sglang_eagle3 import env_names
 from sglang_eagle3.launch.cpu_env import HARNESS_FLAG, harness_enabled
 from sglang_eagle3.log import get_logger
+from sglang_eagle3.testing.cpu_harness.tap_recorder import install_tap_recorder, record_dir
 
 logger = get_logger()
 
@@ -62,5 +63,9 @@ def activate() -> bool:
     _check_reference_kernels()
     _keep_intel_amx_backend()
     _route_torch_native_to_mla()
+    out_dir = record_dir()
+    if out_dir is not None:
+        install_tap_recorder(out_dir)
+        logger.info(f"CPU harness: saving captured taps to {out_dir}")
     logger.info("CPU harness active (reference sgl_kernel ops; for tests and demos, not speed)")
     return True
