@@ -124,7 +124,9 @@ def test_flat_ambiguous_ids_need_a_convention(tmp_path):
     assert "do not say which id convention they use" in msg
     assert "as output-of-layer ids: layer:2, layer:4, layer:5" in msg
     assert "as input-to-layer ids: layer:1, layer:3, layer:4" in msg
-    assert "stock SGLang 0.5.23 on a DeepSeek target would capture layer:1, layer:3, layer:4" in msg
+    # no target given: the seed's family, named with its rule
+    deepseek = "stock SGLang 0.5.23 on DeepSeek (ids +1 only when the first id is 1, else as is)"
+    assert f"{deepseek} would capture layer:1, layer:3, layer:4" in msg
     assert "--aux-layer-convention output-of-layer" in msg
     assert "eagle_config.hidden_state_layout" in msg
     out = read(d, convention="output-of-layer")

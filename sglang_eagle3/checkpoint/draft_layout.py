@@ -5,6 +5,9 @@
 either settles flat ids; otherwise the caller must say (``convention=``) or the config must name
 its taps. SpecForge hands its ids to forward hooks on ``layers[id]`` outputs: output-of-layer.
 speculators always trains with input-to-layer ids.
+
+What stock SGLang would capture instead is told by the target's family rule (``Target.family``);
+without a target the seed's family, DeepSeek, is assumed.
 """
 
 from __future__ import annotations
@@ -16,10 +19,13 @@ from sglang_eagle3.checkpoint.draft_schema import DraftFile
 from sglang_eagle3.checkpoint.draft_spec import STOCK_DEFAULT_SOURCE
 from sglang_eagle3.errors import AmbiguousIdsError, WiringError
 from sglang_eagle3.layout.conventions import (
+    DEEPSEEK,
+    STOCK,
     Convention,
-    stock_sglang_deepseek_capture,
+    stock_capture,
     taps_from_ids,
 )
+from sglang_eagle3.layout.families import Family
 from sglang_eagle3.layout.hidden_state_layout import HiddenStateLayout
 from sglang_eagle3.layout.taps import Tap, format_taps, parse_taps
 
@@ -29,6 +35,8 @@ _STATE_IT = (
     'eagle_config.hidden_state_layout, e.g. ["embed", "layer:2", "layer:30"], naming the '
     "taps the draft was trained on"
 )
+# the target's architecture is not in the table: its stock rule is SGLang's alone to know
+UNKNOWN_FAMILY = "a target family sglang-eagle3 does not know, so it cannot say which taps"
 
 
 @dataclass
@@ -46,6 +54,8 @@ class Target:
     num_layers: int
     hidden_size: int
     verifier: Tap | None  # the draft's verifier tap, when known
+    # whose stock id rule the notes explain; None: an architecture outside the table
+    family: Family | None = DEEPSEEK
 
 
 def resolve_layout(
@@ -60,7 +70,7 @@ def resolve_layout(
         return Resolved(lay, _agreeing_convention(f, lay, layout_field, where), layout_field)
     if f.ids is None:
         return _default_layout(fmt, t, where)
-    used, notes = _ids_convention(fmt, f, conv, t.num_layers, where)
+    used, notes = _ids_convention(fmt, f, conv, t, where)
     taps = taps_from_ids(f.ids, used, t.num_layers, path=where)
     lay = HiddenStateLayout(taps, t.num_layers, t.hidden_size, t.verifier)
     return Resolved(lay, used, f"{f.ids_field} ({used})", notes)
@@ -84,9 +94,9 @@ def _caller_layout(f: DraftFile, layout: LayoutArg, t: Target) -> Resolved:
 def _default_layout(fmt: str, t: Target, where: str) -> Resolved:
     n = t.num_layers
     if fmt != "speculators":
-        return Resolved(
-            None, None, STOCK_DEFAULT_SOURCE, [stock_sglang_deepseek_capture(None, n).describe()]
-        )
+        fam = t.family
+        note = stock_capture(fam, None, n).describe() if fam else f"{STOCK}: {UNKNOWN_FAMILY}"
+        return Resolved(None, None, STOCK_DEFAULT_SOURCE, [note])
     ids = (2, n // 2, n - 3)  # what speculators' from_pretrained resolves and trains with
     taps = taps_from_ids(ids, Convention.INPUT_TO_LAYER, n, path=where)
     note = f"no ids in config: speculators' default {list(ids)} (input-to-layer)"
@@ -95,10 +105,10 @@ def _default_layout(fmt: str, t: Target, where: str) -> Resolved:
 
 
 def _ids_convention(
-    fmt: str, f: DraftFile, conv: Convention | None, n: int, where: str
+    fmt: str, f: DraftFile, conv: Convention | None, t: Target, where: str
 ) -> tuple[Convention, list[str]]:
     """The convention ``f.ids`` are read in, and a note when the format decided it."""
-    ids = f.ids or ()
+    ids, n = f.ids or (), t.num_layers
     if fmt == "speculators":
         if conv not in (None, Convention.INPUT_TO_LAYER):
             raise WiringError(
@@ -117,7 +127,7 @@ def _ids_convention(
         return Convention.OUTPUT_OF_LAYER, []  # -1 (embed) exists only in output-of-layer
     if n in ids:
         return Convention.INPUT_TO_LAYER, []  # n (last layer) exists only in input-to-layer
-    raise _undeclared_ids_error(f, n, where)
+    raise _undeclared_ids_error(f, t, where)
 
 
 def _agreeing_convention(
@@ -144,10 +154,10 @@ def _agreeing_convention(
     )
 
 
-def _undeclared_ids_error(f: DraftFile, n: int, where: str) -> WiringError:
+def _undeclared_ids_error(f: DraftFile, t: Target, where: str) -> WiringError:
     """Ids within 0..n-1 read validly (or invalidly) in both conventions: say both readings
-    and what stock SGLang would do, and how to state the intended one."""
-    ids = list(f.ids or ())
+    and what stock SGLang would do on the target's family, and how to state the intended one."""
+    ids, n = list(f.ids or ()), t.num_layers
     parts, valid = [], 0
     for conv in (Convention.OUTPUT_OF_LAYER, Convention.INPUT_TO_LAYER):
         try:
@@ -161,13 +171,18 @@ def _undeclared_ids_error(f: DraftFile, n: int, where: str) -> WiringError:
             path=where,
             fix="use ids of the target the draft was trained for",
         )
-    stock = stock_sglang_deepseek_capture(ids, n)
-    parts.append(
-        "stock SGLang 0.5.23 on a DeepSeek target would "
-        + (f"capture {format_taps(stock.taps)}" if stock.taps else f"crash ({stock.crash})")
-    )
+    parts.append(_stock_reading(t.family, ids, n))
     return AmbiguousIdsError(
         f"{f.ids_field} {ids} do not say which id convention they use: " + "; ".join(parts),
         path=where,
         fix=_STATE_IT,
     )
+
+
+def _stock_reading(family: Family | None, ids: list[int], n: int) -> str:
+    """What stock SGLang would make of ``ids``: the rule is the family's, so name both."""
+    if family is None:
+        return f"{STOCK} on this target: {UNKNOWN_FAMILY}"
+    stock = stock_capture(family, ids, n)
+    did = f"capture {format_taps(stock.taps)}" if stock.taps else f"crash ({stock.crash})"
+    return f"{STOCK} on {family.label} (ids {family.rule}) would {did}"

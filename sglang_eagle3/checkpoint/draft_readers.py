@@ -34,7 +34,8 @@ from sglang_eagle3.checkpoint.safetensors_header import (
     safetensors_files,
 )
 from sglang_eagle3.errors import WiringError
-from sglang_eagle3.layout.conventions import Convention, check_num_layers
+from sglang_eagle3.layout.conventions import DEEPSEEK, Convention, check_num_layers
+from sglang_eagle3.layout.families import Family
 from sglang_eagle3.layout.taps import Tap, format_taps
 
 
@@ -45,11 +46,14 @@ def read_draft(
     target_hidden_size: int,
     convention: Convention | str | None = None,
     layout: LayoutArg = None,
+    family: Family | None = DEEPSEEK,
 ) -> DraftSpec:
     """Parse ``draft_dir`` and check it against a target with ``num_layers`` decoder layers of
     width ``target_hidden_size``. ``layout`` (caller's explicit taps) wins over the config;
     ``convention`` disambiguates flat ids. ``layout`` may be a HiddenStateLayout, a string
-    like ``"embed,layer:2,layer:30"`` or a list of tap names. Every problem is a WiringError
+    like ``"embed,layer:2,layer:30"`` or a list of tap names. ``family`` is the target's row
+    in the family table, whose stock id rule the notes and errors explain (None: not in the
+    table; DeepSeek, the seed's, when the caller does not say). Every problem is a WiringError
     naming the file (and the field)."""
     n = check_num_layers(num_layers)
     width = target_hidden_size
@@ -73,7 +77,7 @@ def read_draft(
     if verifier is None and f.verifier_is_final:
         verifier = Tap.layer_output(n - 1)
     try:
-        r = resolve_layout(fmt, f, conv, layout, Target(n, width, verifier), where)
+        r = resolve_layout(fmt, f, conv, layout, Target(n, width, verifier, family), where)
     except WiringError as err:  # layout validation knows no file: name the config
         raise err.with_path(where) from None
     _check_tap_count(r, f, where)

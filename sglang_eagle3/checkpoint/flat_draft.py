@@ -205,7 +205,9 @@ def flat_copy_for_target(
     from sglang_eagle3.checkpoint.target_config import read_target
 
     t = read_target(target_dir)
-    spec = read_draft(draft_dir, num_layers=t.num_layers, target_hidden_size=t.hidden_size)
+    spec = read_draft(
+        draft_dir, num_layers=t.num_layers, target_hidden_size=t.hidden_size, family=t.family
+    )
     return write_flat_draft(spec, draft_dir, dst_dir, family=t.family)
 
 

@@ -3,11 +3,13 @@
 - declared: what the draft's config says it was trained on (``read_draft``); ids that do not
   say their convention give two readings instead, both scored.
 - served: what would reach the fc when serving. ``plugin``: this project's SGLang plugin (the
-  declared layout; stock behaviour when the draft declares none). ``stock``: stock SGLang 0.5.23
-  on a DeepSeek/Kimi target, which reads only ``eagle_config`` ids and uses them as is (+1 when
-  the first id is 1), default [2, n//2, n-3].
+  declared layout; stock behaviour when the draft declares none). ``stock``: stock SGLang 0.5.23,
+  which reads only ``eagle_config`` ids (default [2, n//2, n-3]) and turns them into capture
+  indices by the target family's rule (DeepSeek's without a target: as is, +1 when the first
+  id is 1); a family outside the table leaves it unknown.
 - mistakes: every tap shifted one layer up or down, one stored tap later, the last K stored
-  taps, SGLang's default, and with ``search`` every ascending K-subset of the stored taps.
+  taps, SGLang's default (by the same rule), and with ``search`` every ascending K-subset of
+  the stored taps.
 """
 
 from __future__ import annotations
@@ -18,15 +20,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglang_eagle3.checkpoint.draft_layout import UNKNOWN_FAMILY
 from sglang_eagle3.checkpoint.draft_readers import read_draft
 from sglang_eagle3.checkpoint.draft_spec import DraftSpec
 from sglang_eagle3.errors import AmbiguousIdsError, WiringError
 from sglang_eagle3.layout.capture_plan import plan_from_layout
 from sglang_eagle3.layout.conventions import (
+    DEEPSEEK,
+    STOCK,
     Convention,
-    stock_sglang_deepseek_capture,
+    stock_capture,
     taps_from_ids,
 )
+from sglang_eagle3.layout.families import Family
 from sglang_eagle3.layout.taps import Tap, format_taps
 
 MAX_SEARCH = 200  # ascending K-subsets scored at most by the exhaustive search
@@ -125,11 +131,12 @@ class DraftLayouts:
     served: tuple[Tap, ...] | None
     served_source: str
     served_crash: str | None
-    stock: tuple[Tap, ...] | None  # stock SGLang 0.5.23's capture for this config
+    stock: tuple[Tap, ...] | None  # stock SGLang 0.5.23's capture (None: crash, unknown family)
     stock_text: str
     readings: tuple[tuple[str, tuple[Tap, ...]], ...]  # ambiguous ids, one per convention
     spec: DraftSpec | None
     notes: tuple[str, ...] = ()
+    family: Family | None = DEEPSEEK  # the target's row: its rule makes stock's taps
 
     def __post_init__(self) -> None:
         if self.served is not None and self.served_crash is not None:
@@ -149,8 +156,14 @@ def _eagle_ids(draft_dir: Path) -> tuple[list[int] | None, bool]:
 
 
 def draft_layouts(
-    draft_dir: str | Path, *, num_layers: int, target_hidden_size: int, served_by: str = "plugin"
+    draft_dir: str | Path,
+    *,
+    num_layers: int,
+    target_hidden_size: int,
+    served_by: str = "plugin",
+    family: Family | None = DEEPSEEK,
 ) -> DraftLayouts:
+    """``family``: the target's row (None: not in the table, so stock's capture is unknown)."""
     if served_by not in SERVED_BY:
         raise WiringError(f"served_by must be one of {SERVED_BY}, got {served_by!r}")
     draft_dir = Path(draft_dir)
@@ -159,7 +172,7 @@ def draft_layouts(
     notes: list[str] = []
     try:
         spec: DraftSpec | None = read_draft(
-            draft_dir, num_layers=n, target_hidden_size=target_hidden_size
+            draft_dir, num_layers=n, target_hidden_size=target_hidden_size, family=family
         )
     except AmbiguousIdsError as err:
         spec = None
@@ -171,14 +184,14 @@ def draft_layouts(
                 readings.append((f"ids {ids} read as {conv}", taps_from_ids(ids or [], conv, n)))
             except WiringError:
                 pass
-    stock = stock_sglang_deepseek_capture(None if is_speculators else ids, n)
-    stock_text = stock.describe()
-    if is_speculators:
+    stock = stock_capture(family, None if is_speculators else ids, n) if family else None
+    stock_text = stock.describe() if stock else f"{STOCK} on this target: {UNKNOWN_FAMILY}"
+    if is_speculators and stock:
         stock_text += " (SGLang reads only eagle_config ids; speculators' top-level ids unused)"
     declared = spec.layout.taps if spec is not None and spec.layout is not None else None
     num_aux = spec.num_aux if spec is not None else len(ids or ()) or 3
-    served, crash = stock.taps, stock.crash
-    source = f"stock SGLang 0.5.23: {stock_text}"
+    served, crash = (stock.taps, stock.crash) if stock else (None, None)
+    source = stock_text  # it opens with "stock SGLang 0.5.23 (family)" already
     if served_by == "plugin" and spec is not None and spec.layout is not None:
         try:
             plan_from_layout(spec.layout, spec.config_path)
@@ -195,11 +208,12 @@ def draft_layouts(
         served=served,
         served_source=source,
         served_crash=crash,
-        stock=stock.taps,
+        stock=stock.taps if stock else None,
         stock_text=stock_text,
         readings=tuple(readings),
         spec=spec,
         notes=tuple(notes) + (tuple(spec.notes) if spec is not None else ()),
+        family=family,
     )
 
 
@@ -239,8 +253,9 @@ def build_candidates(
             cands.append(Candidate(name, None, idx, ("stored position",)))
         else:
             named(name, tuple(stored[i] for i in idx), "stored position")
-    default = stock_sglang_deepseek_capture(None, n)
-    named("SGLang default [2, n//2, n-3]", default.taps, default.describe())
+    if lay.family is not None:  # an unknown family's default is as unknown as its rule
+        default = stock_capture(lay.family, None, n)
+        named("SGLang default [2, n//2, n-3]", default.taps, default.describe())
     if stored is not None and (search or lay.declared is None):
         combos = list(itertools.islice(itertools.combinations(range(num_stored), k), MAX_SEARCH))
         for idx in combos:

@@ -29,6 +29,7 @@ from sglang_eagle3.doctor.candidates import (
 )
 from sglang_eagle3.doctor.report import Report, make_report
 from sglang_eagle3.errors import WiringError
+from sglang_eagle3.layout.families import Family
 from sglang_eagle3.layout.taps import parse_taps
 
 MIN_GAP = 0.05  # served at least 5 points of step-1 top-1 below the best candidate ...
@@ -132,8 +133,13 @@ def _run(opts: DoctorOptions) -> Report:
             fix="use data generated from this target",
         )
     n = _num_layers(opts, info.num_layers, target_cfg)
+    family = target_family(opts.target)
     lay = draft_layouts(
-        opts.draft, num_layers=n, target_hidden_size=info.hidden_size, served_by=opts.served_by
+        opts.draft,
+        num_layers=n,
+        target_hidden_size=info.hidden_size,
+        served_by=opts.served_by,
+        family=family,
     )
     if info.num_taps < lay.num_aux:
         raise WiringError(
@@ -190,7 +196,7 @@ def _run(opts: DoctorOptions) -> Report:
         steps=opts.steps,
         margins=(MIN_GAP, MIN_Z),
     )
-    report.settings = _settings(lay.spec, target_cfg)
+    report.settings = _settings(lay.spec, family)
     if opts.topk > 1:
         report.notes.append(
             f"scored as SGLang drafts a tree: topk {opts.topk}, "
@@ -200,17 +206,30 @@ def _run(opts: DoctorOptions) -> Report:
     return report
 
 
-def _settings(spec: DraftSpec | None, target_cfg: dict | None) -> list[dict]:
+def target_family(target: str | None) -> Family | None:
+    """The target's row in the family table, read from the top level of its config.json as
+    the launcher and the plugin read it (a multimodal wrapper is its own row); None: not in
+    the table. Without a target (or its architectures) the doctor speaks of the seed's
+    family, DeepSeek (DeepSeek-V3, Kimi-K2.x)."""
+    from sglang_eagle3.checkpoint.target_config import read_target_config
+    from sglang_eagle3.layout.conventions import DEEPSEEK
+    from sglang_eagle3.layout.families import family_for
+
+    if target is None:
+        return DEEPSEEK
+    archs = read_target_config(target, ints=())[0].get("architectures")
+    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
+        return DEEPSEEK
+    return family_for(archs[0])
+
+
+def _settings(spec: DraftSpec | None, family: Family | None) -> list[dict]:
     """Each training-time setting, and whether the server honours it (as the launcher says);
     none when the draft's ids are ambiguous (the report's notes say so)."""
     from sglang_eagle3.checkpoint.draft_settings import draft_settings
-    from sglang_eagle3.layout.families import family_for, family_named
 
     if spec is None:
         return []
-    archs = (target_cfg or {}).get("architectures") or []
-    # without a target the doctor speaks of the seed's family (DeepSeek-V3, Kimi-K2.x)
-    family = family_for(archs[0]) if archs else family_named("deepseek_v2")
     return [st.to_json() for st in draft_settings(spec, family=family)]
 
 

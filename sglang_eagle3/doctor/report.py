@@ -145,6 +145,8 @@ def _verdict(
     best = max(scored, key=lambda r: r["accuracy"])
     if lay.served_crash is not None:
         return BAD, f"the served config would not run: {lay.served_crash}", 1
+    if lay.served is None:  # stock SGLang on a family outside the table: no rule to replay
+        return UNKNOWN, f"the served taps are unknown: {lay.served_source}", 0
     served = next((r for r in rows if r["is_served"]), None)
     if served is None or not served["evaluable"]:
         if lay.declared is not None and lay.served != lay.declared:

@@ -38,7 +38,9 @@ def _server_args():
 
 
 @functools.cache
-def _plan(num_layers: int, hidden_size: int, final: bool) -> tuple[CapturePlan | None, str]:
+def _plan(
+    num_layers: int, hidden_size: int, family: Family | None
+) -> tuple[CapturePlan | None, str]:
     """The plan for this process (one server, one target): cached, resolved once."""
     draft = getattr(_server_args(), "speculative_draft_model_path", None)
     return resolve_plan(
@@ -46,7 +48,7 @@ def _plan(num_layers: int, hidden_size: int, final: bool) -> tuple[CapturePlan |
         draft_dir=draft,
         num_layers=num_layers,
         hidden_size=hidden_size,
-        final_layer=final,
+        family=family,
     )
 
 
@@ -75,7 +77,7 @@ def configure_aux_hidden_state_capture(original, *args, **kwargs):
     config = getattr(model.config, "text_config", None) or model.config
     n, hidden = config.num_hidden_layers, config.hidden_size
     family = family_for(target)
-    plan, source = _plan(n, hidden, bool(family and family.final_layer))
+    plan, source = _plan(n, hidden, family)
     if plan is None:
         ids = kwargs.get("eagle_aux_hidden_state_layer_ids")
         logger.info(stock_capture_note(family, target, ids, n) + f" [{source}]")

@@ -17,6 +17,8 @@ from sglang_eagle3.checkpoint.draft_readers import read_draft
 from sglang_eagle3.checkpoint.target_config import read_target
 from sglang_eagle3.errors import AmbiguousIdsError, WiringError
 from sglang_eagle3.layout.capture_plan import CapturePlan, plan_from_layout
+from sglang_eagle3.layout.conventions import DEEPSEEK
+from sglang_eagle3.layout.families import Family
 from sglang_eagle3.layout.hidden_state_layout import HiddenStateLayout
 from sglang_eagle3.layout.taps import parse_taps
 
@@ -31,10 +33,12 @@ def resolve_plan(
     draft_dir: str | None,
     num_layers: int,
     hidden_size: int,
-    final_layer: bool = False,
+    family: Family | None = DEEPSEEK,
 ) -> tuple[CapturePlan | None, str]:
     """The capture plan for one server, or (None, why) to keep stock SGLang behaviour.
-    ``final_layer``: the target's family also captures the last layer's output."""
+    ``family``: the target's row (None: not in the table), which says whether its loop
+    reaches the last layer's output and whose stock rule the draft's notes explain."""
+    final_layer = bool(family and family.final_layer)
     if env_layout:
         taps = parse_taps(env_layout, path=env_names.LAYOUT)
         layout = HiddenStateLayout(taps, num_layers, hidden_size)
@@ -42,7 +46,9 @@ def resolve_plan(
     if not draft_dir or not Path(draft_dir).is_dir():
         return None, "no local draft directory to read a layout from"
     try:
-        spec = read_draft(draft_dir, num_layers=num_layers, target_hidden_size=hidden_size)
+        spec = read_draft(
+            draft_dir, num_layers=num_layers, target_hidden_size=hidden_size, family=family
+        )
     except AmbiguousIdsError as err:
         return None, f"ids without a convention: {err}"
     if spec.layout is None:
@@ -83,6 +89,7 @@ def declared_layout(argv: Sequence[str], env: Mapping[str, str] | None = None) -
             draft_dir=draft,
             num_layers=target.num_layers,
             hidden_size=target.hidden_size,
+            family=target.family,
         )
     except WiringError as err:
         return f"{draft} (unreadable: {err})"

@@ -164,6 +164,7 @@ def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
         target_hidden_size=target.hidden_size,
         convention=opts.aux_layer_convention,
         layout=opts.hidden_state_layout,
+        family=target.family,
     )
     notes, changes, env = list(spec.notes), [], {}
     family = target.family
