@@ -31,6 +31,7 @@ ARCHITECTURES = {
     "glm4_moe": "Glm4MoeForCausalLM",
     "gpt_oss": "GptOssForCausalLM",
     "minimax_m2": "MiniMaxM2ForCausalLM",
+    "olmo2": "Olmo2ForCausalLM",  # outside the table: for the refusal
 }
 
 
@@ -60,7 +61,7 @@ def test_built_target_is_cached_and_reloads_with_all_hidden_states(tmp_path):
     assert len(hs) == model.config.num_hidden_layers + 1
 
 
-SERVED = ("llama", "qwen3", "qwen3_moe", "glm4_moe", "gpt_oss")  # minimax_m2: see README
+SERVED = ("llama", "qwen3", "qwen3_moe", "glm4_moe", "gpt_oss", "minimax_m2")
 
 
 @pytest.mark.sglang
@@ -113,3 +114,41 @@ def test_gpt_oss_captures_the_last_layers_output(server_factory, figures):
     figures.record("gpt_oss: the same against layer:6 for the last tap", one_early)
     assert diff < 1e-4, diff
     assert one_early > 1e-2, one_early
+
+
+@pytest.mark.sglang
+@pytest.mark.slow
+def test_a_declared_layout_on_a_family_outside_the_table_stops_the_server(server_factory):
+    """SGLang serves OLMo-2 but has no EAGLE-3 capture for it: the server must not come up."""
+    target = family_targets.tiny_family_target("olmo2")
+    srv = server_factory(
+        target, FP32 + CAPTURE_ONLY + ["--attention-backend", "torch_native"],
+        name="capture-olmo2", wait=False, env={env_names.LAYOUT: LAYOUT},
+    )  # fmt: skip
+    with pytest.raises(RuntimeError, match="server exited"):
+        srv.wait_ready(timeout=240)
+    log = srv.log()
+    assert "Olmo2ForCausalLM is not in sglang-eagle3's table of SGLang 0.5.23 EAGLE-3" in log
+    assert "capturing taps" not in log
+
+
+@pytest.mark.sglang
+@pytest.mark.slow
+def test_kimi_k25_wrapper_served_text_only_captures_through_its_language_model(
+    server_factory, figures
+):
+    """KimiK25ForConditionalGeneration hands capture to its DeepSeek-V3 language model."""
+    from sglang_eagle3.testing.tiny.kimi_k25_target import load_hf_kimi_k25, tiny_kimi_k25_target
+
+    target = tiny_kimi_k25_target()
+    srv = server_factory(
+        target, FP32 + CAPTURE_ONLY + ["--attention-backend", "torch_native"],
+        name="capture-kimi_k25", env={env_names.LAYOUT: LAYOUT},
+    )  # fmt: skip
+    line = "KimiK25ForConditionalGeneration: capturing taps layer:4, embed, layer:1 (SGLang "
+    assert line + "capture indices [0, 2, 5]" in srv.log()
+    diff, shifted_diff = capture_vs_hf(srv, target, HF_INDICES, load_hf_kimi_k25)
+    figures.record("kimi_k25: max |diff| capture-only taps vs HF hidden_states[0, 2, 5]", diff)
+    figures.record("kimi_k25: the same against the taps shifted by one", shifted_diff)
+    assert diff < 1e-4, diff
+    assert shifted_diff > 1e-2, shifted_diff

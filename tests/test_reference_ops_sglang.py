@@ -255,3 +255,35 @@ def test_tree_ops_match_sglang_triton_kernels_interpreted():
     """
     result = _run(script, _env(cpu_engine=False, TRITON_INTERPRET="1"))
     assert "TRITON-MATCH 10" in result.stdout, result.stderr[-4000:]
+
+
+@pytest.mark.sglang
+def test_fused_qk_rmsnorm_matches_minimax_m2s_triton_pair_interpreted():
+    """MiniMax-M2's own q/k norm kernels (sum of squares, then apply), one rank."""
+    pytest.importorskip("triton")
+    pytest.importorskip("sglang")
+    script = """
+        import torch, triton, sgl_kernel
+        from sglang.srt.models.minimax_m2 import (
+            rmsnorm_apply_kernel_serial, rmsnorm_sumsq_kernel_serial)
+
+        gen = torch.Generator().manual_seed(0)
+        worst = 0.0
+        for b, dq, dk in [(1, 64, 32), (5, 96, 48), (7, 128, 16)]:
+            q, k = torch.randn(b, dq, generator=gen), torch.randn(b, dk, generator=gen) * 3
+            wq, wk = torch.rand(dq, generator=gen) + 0.5, torch.rand(dk, generator=gen) + 0.5
+            bq, bk = triton.next_power_of_2(dq), triton.next_power_of_2(dk)
+            sum_sq = torch.empty((2 * b + 3) // 4 * 4)
+            rmsnorm_sumsq_kernel_serial[(b,)](q, k, q.stride(0), k.stride(0), sum_sq, b, dq, dk,
+                                              bq, bk)
+            oq, ok = torch.empty_like(q), torch.empty_like(k)
+            rmsnorm_apply_kernel_serial[(b,)](q, k, wq, wk, sum_sq, oq, ok, b, dq, dk,
+                                              q.stride(0), k.stride(0), 1, 1e-6, bq, bk)
+            rq, rk = sgl_kernel.fused_qk_rmsnorm_cpu(q, k, wq, wk, 1e-6)
+            assert not torch.allclose(rq, q)  # it normalised
+            worst = max(worst, (rq - oq).abs().max().item(), (rk - ok).abs().max().item())
+        assert worst < 1e-5, worst
+        print("TRITON-MATCH", worst)
+    """
+    result = _run(script, _env(cpu_engine=False, TRITON_INTERPRET="1"))
+    assert "TRITON-MATCH" in result.stdout, result.stderr[-4000:]

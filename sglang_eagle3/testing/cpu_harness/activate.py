@@ -42,6 +42,14 @@ def _keep_intel_amx_backend() -> None:
     get_platform()._install(has_amx=True)
 
 
+def _minimax_m2_qk_norm_on_cpu() -> None:
+    # MiniMax-M2 takes its CPU q/k norm (the reference fused_qk_rmsnorm_cpu) only where it
+    # probed AMX at import; otherwise it calls a CUDA-only Triton pair and dies.
+    import sglang.srt.models.minimax_m2 as minimax_m2
+
+    minimax_m2._is_amx_available = True
+
+
 def _check_reference_kernels() -> None:
     import sgl_kernel
 
@@ -63,6 +71,7 @@ def activate() -> bool:
     _check_reference_kernels()
     _keep_intel_amx_backend()
     _route_torch_native_to_mla()
+    _minimax_m2_qk_norm_on_cpu()
     out_dir = record_dir()
     if out_dir is not None:
         install_tap_recorder(out_dir)

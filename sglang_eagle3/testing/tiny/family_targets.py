@@ -77,6 +77,9 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], dict[str, Any]]] = {
         {"use_qk_norm": True, "qk_norm_type": "per_layer", "use_routing_bias": True,
          "scoring_func": "sigmoid", "rotary_dim": 16},
     ),
+    # Not an EAGLE-3 family: SGLang serves OLMo-2 but has no capture for it, so a declared
+    # layout on it must be refused.
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}, {}),
 }  # fmt: skip
 
 

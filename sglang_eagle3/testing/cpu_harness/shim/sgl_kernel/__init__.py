@@ -69,7 +69,7 @@ if _other is not None and _imports(_other):
 
 import torch  # noqa: E402  (the shadowing check above must run before anything else)
 
-from . import attention, cache_ops, spec_ops  # noqa: E402
+from . import attention, cache_ops, norm_ops, spec_ops  # noqa: E402
 
 _MARKER_OP = "sglang_eagle3_reference_marker"
 
@@ -97,7 +97,7 @@ def _register() -> torch.library.Library | None:
 
     lib.define(f"{_MARKER_OP}() -> bool")
     lib.impl(_MARKER_OP, marker, "CompositeExplicitAutograd")
-    for table in (attention.OPS, cache_ops.OPS, spec_ops.OPS):
+    for table in (attention.OPS, cache_ops.OPS, norm_ops.OPS, spec_ops.OPS):
         for name, (schema, kernel) in table.items():
             lib.define(name + schema)
             lib.impl(name, kernel, "CPU")
@@ -106,7 +106,9 @@ def _register() -> torch.library.Library | None:
 
 _LIBRARY = _register()
 
-OP_NAMES: tuple[str, ...] = tuple(sorted([*attention.OPS, *cache_ops.OPS, *spec_ops.OPS]))
+OP_NAMES: tuple[str, ...] = tuple(
+    sorted([*attention.OPS, *cache_ops.OPS, *norm_ops.OPS, *spec_ops.OPS])
+)
 
 decode_attention_cpu = torch.ops.sgl_kernel.decode_attention_cpu
 extend_attention_cpu = torch.ops.sgl_kernel.extend_attention_cpu
@@ -119,6 +121,7 @@ fill_bonus_tokens_cpu = torch.ops.sgl_kernel.fill_bonus_tokens_cpu
 fill_accept_out_cache_loc_cpu = torch.ops.sgl_kernel.fill_accept_out_cache_loc_cpu
 build_tree_kernel_efficient_cpu = torch.ops.sgl_kernel.build_tree_kernel_efficient_cpu
 verify_tree_greedy_cpu = torch.ops.sgl_kernel.verify_tree_greedy_cpu
+fused_qk_rmsnorm_cpu = torch.ops.sgl_kernel.fused_qk_rmsnorm_cpu
 
 __all__ = ["OP_NAMES", "SGLANG_EAGLE3_REFERENCE", *OP_NAMES]
 
