@@ -11,3 +11,4 @@ RECORD_TAPS = "SGLANG_EAGLE3_RECORD_TAPS"  # a folder: the CPU harness saves eve
 # SGLang's.
 PLUGINS = "SGLANG_PLUGINS"  # comma-separated plugin names SGLang loads (all when unset)
 USE_CPU_ENGINE = "SGLANG_USE_CPU_ENGINE"
+CPU_OMP_THREADS_BIND = "SGLANG_CPU_OMP_THREADS_BIND"  # cores per TP rank on CPU, e.g. "0|1"

@@ -10,7 +10,11 @@ PROMPT = [0, 17, 300, 45, 99, 512, 7, 64]
 
 
 def captured_and_hf(
-    srv, target: Path, loader: Callable[[Path], Any] | None = None, max_new_tokens: int = 4
+    srv,
+    target: Path,
+    loader: Callable[[Path], Any] | None = None,
+    max_new_tokens: int = 4,
+    prompt: list[int] = PROMPT,
 ):
     """One greedy request to a capture-only server, next to HF's hidden states for it.
 
@@ -24,7 +28,7 @@ def captured_and_hf(
         from sglang_eagle3.checkpoint.hf_target import load_hf_target as loader
 
     params = {"max_new_tokens": max_new_tokens, "temperature": 0}
-    req = {"input_ids": PROMPT, "return_hidden_states": True, "sampling_params": params}
+    req = {"input_ids": prompt, "return_hidden_states": True, "sampling_params": params}
     out = srv.post("/generate", req)
     chunks = out["meta_info"]["hidden_states"]
     if len(chunks) < 3:
@@ -32,10 +36,10 @@ def captured_and_hf(
     rows = [torch.tensor(chunks[0])] + [torch.tensor(c).reshape(1, -1) for c in chunks[1:]]
     got = torch.cat(rows).double()
     # The prefill chunk covers only the tokens not already in SGLang's radix cache.
-    start = len(PROMPT) - len(chunks[0])
+    start = len(prompt) - len(chunks[0])
     if start != out["meta_info"]["cached_tokens"]:
         raise AssertionError(f"prefill rows {len(chunks[0])} do not match the cached prefix")
-    tokens = PROMPT + out["output_ids"]
+    tokens = prompt + out["output_ids"]
     with torch.no_grad():
         hs = loader(target)(torch.tensor([tokens]), output_hidden_states=True).hidden_states
     return got, hs, start

@@ -18,6 +18,7 @@ from sglang.srt.plugins.hook_registry import HookType
 
 from sglang_eagle3 import env_names
 from sglang_eagle3.hooks.plan import resolve_plan
+from sglang_eagle3.hooks.rank_check import check_ranks_agree, plan_statement
 from sglang_eagle3.layout.capture_plan import CapturePlan, check_family
 from sglang_eagle3.layout.families import Family, Switch, family_for
 from sglang_eagle3.layout.stock_note import stock_capture_note
@@ -66,29 +67,47 @@ def _write(stack, family: Family, indices: Sequence[int]) -> None:
             setattr(layer, FLAG, i in indices)
 
 
+def _world_cpu_group():
+    from sglang.srt.distributed import parallel_state
+
+    try:
+        return parallel_state.get_world_group().cpu_group
+    except AssertionError:  # no distributed world (a single process outside a server)
+        return None
+
+
+def _pipeline_stages() -> int:
+    from sglang.srt.distributed import parallel_state
+
+    try:
+        return parallel_state.get_pp_group().world_size
+    except AssertionError:
+        return 1
+
+
 def configure_aux_hidden_state_capture(original, *args, **kwargs):
     model = kwargs.get("model")
     if not kwargs.get("eagle_use_aux_hidden_state") or model is None:
-        return original(*args, **kwargs)
-    pp = getattr(model, "pp_group", None)
-    if pp is not None and not pp.is_last_rank:  # every family captures on the last stage
         return original(*args, **kwargs)
     target = type(model).__name__
     config = getattr(model.config, "text_config", None) or model.config
     n, hidden = config.num_hidden_layers, config.hidden_size
     family = family_for(target)
     plan, source = _plan(n, hidden, family)
+    # every rank passes here, pipeline stages included: agree before anyone diverges
+    ranks = check_ranks_agree(plan_statement(plan, target), _world_cpu_group())
     if plan is None:
         ids = kwargs.get("eagle_aux_hidden_state_layer_ids")
         logger.info(stock_capture_note(family, target, ids, n) + f" [{source}]")
         return original(*args, **kwargs)
     tbo = bool(getattr(_server_args(), "enable_two_batch_overlap", False))
-    family = check_family(family, target, path=plan.source, two_batch_overlap=tbo)
+    family = check_family(family, target, path=plan.source, two_batch_overlap=tbo,
+                          pipeline_stages=_pipeline_stages())  # fmt: skip
     # Stock sets itself up (capture switched on) with its own default, which is in range.
     result = original(*args, **{**kwargs, "eagle_aux_hidden_state_layer_ids": None})
     _write(_resolve(model, family.stack), family, plan.capture_indices)
     _PROCESS_PLAN["plan"] = plan
-    logger.info(plan.log_line(target))
+    logger.info(plan.log_line(target) + (f" [all {ranks} ranks agree]" if ranks > 1 else ""))
     return result
 
 

@@ -75,11 +75,17 @@ def plan_from_layout(
 
 
 def check_family(
-    family: Family | None, architecture: str, *, path: str, two_batch_overlap: bool = False
+    family: Family | None,
+    architecture: str,
+    *,
+    path: str,
+    two_batch_overlap: bool = False,
+    pipeline_stages: int = 1,
 ) -> Family:
     """The target's row, or a WiringError: a family outside the table, one that cannot
-    capture a tap, or two-batch overlap on one that runs layers without capture. The launcher
-    asks before SGLang starts; the plugin asks again where the target is built."""
+    capture a tap, two-batch overlap on one that runs layers without capture, or pipeline
+    parallelism. The launcher asks before SGLang starts; the plugin asks again where the
+    target is built."""
     if family is None:
         raise WiringError(
             f"{architecture} is not in sglang-eagle3's table of SGLang 0.5.23 EAGLE-3 "
@@ -100,5 +106,13 @@ def check_family(
             "the drafter would get no taps",
             path="--enable-two-batch-overlap",
             fix="drop --enable-two-batch-overlap when serving an EAGLE-3 drafter",
+        )
+    if pipeline_stages > 1:
+        raise WiringError(
+            f"pipeline parallelism ({pipeline_stages} stages): SGLang 0.5.23 sets up capture "
+            "only on the last stage and each stage's loop sees only its own layers, so taps on "
+            "earlier stages (embed included) would never reach the drafter",
+            path="--pp-size",
+            fix="serve an EAGLE-3 drafter with --pp-size 1 (tensor or data parallelism instead)",
         )
     return family

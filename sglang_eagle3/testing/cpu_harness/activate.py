@@ -50,6 +50,25 @@ def _minimax_m2_qk_norm_on_cpu() -> None:
     minimax_m2._is_amx_available = True
 
 
+def _no_pynccl_on_cpu() -> None:
+    # SGLang builds a PyNcclCommunicator for every parallel group unless the platform says
+    # otherwise, and it dies on CPU ("Expected a cuda device"); its collectives on CPU tensors
+    # already fall back to gloo, which is what tensor parallelism here needs.
+    import functools
+
+    from sglang.srt.distributed import parallel_state
+
+    original = parallel_state.init_model_parallel_group
+
+    @functools.wraps(original)
+    def init_model_parallel_group(*args, **kwargs):
+        if kwargs.get("use_pynccl") is None:
+            kwargs["use_pynccl"] = False
+        return original(*args, **kwargs)
+
+    parallel_state.init_model_parallel_group = init_model_parallel_group
+
+
 def _check_reference_kernels() -> None:
     import sgl_kernel
 
@@ -72,6 +91,7 @@ def activate() -> bool:
     _keep_intel_amx_backend()
     _route_torch_native_to_mla()
     _minimax_m2_qk_norm_on_cpu()
+    _no_pynccl_on_cpu()
     out_dir = record_dir()
     if out_dir is not None:
         install_tap_recorder(out_dir)

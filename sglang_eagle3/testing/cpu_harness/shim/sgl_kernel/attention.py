@@ -154,7 +154,10 @@ def decode_attention_cpu(
     _reject_cross_attention(is_cross_attention, "decode_attention_cpu")
     num_seqs, num_heads, v_dim = query.shape[0], query.shape[1], output.shape[-1]
     if seq_lens.shape[0] != num_seqs or req_pool_indices.shape[0] != num_seqs:
-        raise ValueError("decode_attention_cpu: one query token per sequence expected")
+        raise ValueError(
+            f"decode_attention_cpu: one query token per sequence expected, got {num_seqs} "
+            f"queries, {seq_lens.shape[0]} seq_lens, {req_pool_indices.shape[0]} rows"
+        )
     if attn_logits.dim() != 4 or attn_logits.shape[0] < num_seqs:
         raise ValueError(f"decode_attention_cpu: attn_logits {tuple(attn_logits.shape)}")
     if attn_logits.shape[1] != num_heads or attn_logits.shape[3] != v_dim + 1:
