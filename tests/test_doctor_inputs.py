@@ -140,3 +140,116 @@ def test_ambiguous_ids_are_scored_without_a_settings_table(random_draft, tmp_pat
     report = json.loads(out.out)
     assert report["settings"] == []
     assert any("convention" in n for n in report["notes"]), report["notes"]
+
+
+# ---- a poisoned drafter, and the pre-start checks the launcher shares ---------------
+
+
+def _rewrite(src: Path, dst: Path, change) -> Path:
+    """A copy of draft ``src`` whose tensors went through ``change(dict)``."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    f = dst / "model.safetensors"
+    weights = load_file(str(f))
+    change(weights)
+    save_file(weights, str(f), metadata={"format": "pt"})
+    return dst
+
+
+POISONS = [("fc.weight", float("nan")), ("layers.0.mlp.down_proj.weight", float("inf"))]
+
+
+@pytest.mark.parametrize("name,value", POISONS)
+def test_non_finite_weights_exit_2_naming_the_tensor(random_draft, tmp_path, capsys, name, value):
+    def poison(w):
+        w[name] = w[name].clone()
+        w[name].view(-1)[:5] = value
+
+    bad = _rewrite(random_draft, tmp_path / "bad", poison)
+    data = write_data(tmp_path / "data", taps=["embed", "layer:2", "layer:5", "layer:7"])
+    code, err = run_main(["--draft", str(bad), "--data", str(data)], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{name} holds non-finite values" in err and str(bad / "model.safetensors") in err
+    assert ("5 NaN" if value != value else "5 inf") in err and "Fix:" in err
+
+
+def test_every_layout_at_the_floor_is_not_ok(random_draft, tmp_path, capsys):
+    # fc all zeros: every layout feeds the layer exactly what the taps-zeroed floor does
+    flat = _rewrite(random_draft, tmp_path / "zero_fc", lambda w: w["fc.weight"].zero_())
+    data = write_data(tmp_path / "data", taps=["embed", "layer:2", "layer:5", "layer:7"])
+    code = main(["--draft", str(flat), "--data", str(data), "--json", "--no-progress",
+                 "--max-tokens", "32"])  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and report["exit_code"] == 1
+    assert report["verdict"] == "no layout beats the floor"
+    assert "at or below the taps-zeroed floor" in report["reason"]
+
+
+def test_floor_verdict_rule():
+    from sglang_eagle3.doctor.report import NO_TAPS, OK, _verdict
+
+    lay = type("Lay", (), {"served_crash": None, "served": (Tap(1),), "declared": (Tap(1),),
+                           "served_source": "x"})()  # fmt: skip
+
+    def rows(served: float, floor: float) -> list[dict]:
+        return [{"evaluable": True, "is_floor": False, "accuracy": served, "is_served": True,
+                 "text": "layer:0", "name": "declared", "_id": 0},
+                {"evaluable": True, "is_floor": True, "accuracy": floor, "is_served": False,
+                 "text": "(taps zeroed: floor)", "name": "floor", "_id": 1}]  # fmt: skip
+
+    verdict, reason, code = _verdict(rows(0.30, 0.30), {}, lay, (0.05, 4.0))
+    assert (verdict, code) == (NO_TAPS, 1) and "30.0%" in reason
+    verdict, _, code = _verdict(rows(0.10, 0.25), {}, lay, (0.05, 4.0))
+    assert (verdict, code) == (NO_TAPS, 1)
+    from sglang_eagle3.doctor.candidates import FLOOR
+    from sglang_eagle3.doctor.evaluate import Result
+
+    results = {i: Result(FLOOR) for i in (0, 1)}  # no hits: a paired z of 0
+    verdict, _, code = _verdict(rows(0.50, 0.25), results, lay, (0.05, 4.0))
+    assert (verdict, code) == (OK, 0)
+
+
+def test_doctor_and_launcher_refuse_a_bad_d2t_with_the_same_line(random_draft, tmp_path, capsys):
+    from conftest_helpers_layout import write_json
+
+    from sglang_eagle3.launch.cli import main as launch
+
+    def shift(w):
+        w["d2t"] = w["d2t"].clone()
+        w["d2t"][-1] = 10_000  # draft id 255 -> 10255, past the 1024-token vocab
+
+    bad = _rewrite(random_draft, tmp_path / "bad_d2t", shift)
+    data = write_data(tmp_path / "data", taps=["embed", "layer:2", "layer:5", "layer:7"])
+    code, doctor_err = run_main(["--draft", str(bad), "--data", str(data)], capsys)
+    assert code == 2 and "draft id 255 -> 10255" in doctor_err, doctor_err
+    target = write_json(tmp_path / "t" / "config.json", {
+        "architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 8, "hidden_size": 64,
+    }).parent  # fmt: skip
+    code = launch(["--model-path", str(target), "--speculative-algorithm", "EAGLE3",
+                   "--speculative-draft-model-path", str(bad), "--dry-run",
+                   "--draft-cache-dir", str(tmp_path / "cache")])  # fmt: skip
+    launch_err = capsys.readouterr().err
+    assert code == 2
+    assert doctor_err.removeprefix("sglang_eagle3.doctor: ") == launch_err.removeprefix(
+        "python -m sglang_eagle3.launch: error: "
+    )
+
+
+def test_draft_offsets_that_do_not_match_the_shapes_exit_2(random_draft, tmp_path, capsys):
+    import struct
+
+    bad = tmp_path / "bad_offsets"
+    shutil.copytree(random_draft, bad)
+    f = bad / "model.safetensors"
+    raw = f.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    begin, end = header["norm.weight"]["data_offsets"]
+    header["norm.weight"]["data_offsets"] = [begin, end - 4]  # one float short of its shape
+    text = json.dumps(header).encode()
+    f.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + n :])
+    data = write_data(tmp_path / "data", taps=["embed", "layer:2", "layer:5", "layer:7"])
+    code, err = run_main(["--draft", str(bad), "--data", str(data)], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert str(f) in err and "'norm.weight'" in err and "Traceback" not in err

@@ -117,9 +117,14 @@ def test_dry_run_golden_for_a_speculators_draft(tmp_path):
         ("ambiguous ids", ["--ids", "2,4,5"], "do not say which id convention"),
         ("no ids", ["--ids", ""], "does not say which hidden states it was trained on"),
         ("width", ["--fc-in", "100"], "fc.weight takes 100 input features"),
-        ("last layer", ["--hidden-state-layout", "embed,layer:2,layer:7"],
+        ("last layer", ["--hidden-state-layout", "embed,layer:2,layer:7",
+                        "--override-draft-layout"],  # the ids say layer:5: forced past that
          "output of the last decoder layer"),
+        ("contradicts ids", ["--hidden-state-layout", "layer:5,embed,layer:2"],
+         "contradicts the checkpoint"),
         ("tbo", ["--enable-two-batch-overlap"], "two-batch overlap"),
+        ("pipeline", ["--pp-size", "2"], "pipeline parallelism (2 stages)"),
+        ("pipeline alias", ["--pipeline-parallel-size=2"], "taps on earlier stages"),
         ("bad target", ["--model-path", "nowhere"], "no config.json for the target model"),
     ],
 )  # fmt: skip

@@ -24,6 +24,7 @@ from sglang_eagle3.checkpoint.draft_schema import (
     SpeculatorsDraftConfig,
     load_draft_file,
 )
+from sglang_eagle3.checkpoint.prestart import VocabMap, VocabMaps, check_vocab_maps
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.layout.schema_base import JSON_STRICT, CheckedModel, SchemaModel
 
@@ -211,12 +212,27 @@ def check_weights(c: DraftArch, w: Mapping[str, Any], embed: Any) -> None:
             f"{c.hidden_size}",
             path=str(embed.path),
         )
-    d2t = w.get("d2t")
-    if d2t is not None and tuple(d2t.shape) != (c.draft_vocab_size,):
-        raise WiringError(f"d2t has shape {list(d2t.shape)}", path=c.path)
-    if d2t is None and c.draft_vocab_size != embed.vocab_size:
-        raise WiringError(
-            f"draft vocab {c.draft_vocab_size} differs from the target vocab "
-            f"{embed.vocab_size} but there is no d2t to map draft ids to target ids",
-            path=c.path,
-        )
+    # the vocab rules are prestart's, the launcher's and the doctor's gate: one copy
+    check_vocab_maps(
+        VocabMaps(
+            draft_vocab=c.draft_vocab_size,
+            trained_vocab=c.vocab_size,
+            target_vocab=embed.vocab_size,
+            target_source=f"the embedding's rows, {embed.path}",
+            has_weights=True,
+            d2t=_vocab_map(w.get("d2t"), values=True),
+            t2d=_vocab_map(w.get("t2d"), values=False),
+        ),
+        path=c.path,
+    )
+
+
+def _vocab_map(t: Any, *, values: bool) -> VocabMap | None:
+    """A loaded ``d2t``/``t2d`` tensor (anything with ``shape``, ``dtype``, ``tolist``)."""
+    if t is None:
+        return None
+    dtype = str(t.dtype).removeprefix("torch.")
+    integer = "int" in dtype  # int8 .. int64, uint8: what SGLang can add to arange ids
+    shape = tuple(t.shape)
+    read = values and integer and len(shape) == 1
+    return VocabMap(shape, dtype, integer, t.tolist() if read else None)

@@ -35,6 +35,9 @@ _STATE_IT = (
     'eagle_config.hidden_state_layout, e.g. ["embed", "layer:2", "layer:30"], naming the '
     "taps the draft was trained on"
 )
+CALLER_SOURCE = "caller-supplied layout"
+# the launcher's flags: only the launcher passes a caller layout
+LAYOUT_FLAG, OVERRIDE_FLAG = "--hidden-state-layout", "--override-draft-layout"
 # the target's architecture is not in the table: its stock rule is SGLang's alone to know
 UNKNOWN_FAMILY = "a target family sglang-eagle3 does not know, so it cannot say which taps"
 
@@ -59,11 +62,26 @@ class Target:
 
 
 def resolve_layout(
-    fmt: str, f: DraftFile, conv: Convention | None, layout: LayoutArg, t: Target, where: str
+    fmt: str,
+    f: DraftFile,
+    conv: Convention | None,
+    layout: LayoutArg,
+    t: Target,
+    where: str,
+    *,
+    override: bool = False,
 ) -> Resolved:
-    """The layout for draft ``f`` (format ``fmt``, read from ``where``) on target ``t``."""
+    """The layout for draft ``f`` (format ``fmt``, read from ``where``) on target ``t``.
+    ``layout``: the caller's, checked against what the checkpoint says (``override``: used
+    even where it contradicts)."""
     if layout is not None:
-        return _caller_layout(f, layout, t)
+        return _caller_layout(fmt, f, conv, layout, t, where, override)
+    return _checkpoint_layout(fmt, f, conv, t, where)
+
+
+def _checkpoint_layout(
+    fmt: str, f: DraftFile, conv: Convention | None, t: Target, where: str
+) -> Resolved:
     keys, layout_field = f.declared_layout
     if keys.taps is not None:
         lay = HiddenStateLayout(keys.taps, t.num_layers, t.hidden_size, t.verifier)
@@ -76,7 +94,19 @@ def resolve_layout(
     return Resolved(lay, used, f"{f.ids_field} ({used})", notes)
 
 
-def _caller_layout(f: DraftFile, layout: LayoutArg, t: Target) -> Resolved:
+def _caller_layout(
+    fmt: str,
+    f: DraftFile,
+    conv: Convention | None,
+    layout: LayoutArg,
+    t: Target,
+    where: str,
+    override: bool,
+) -> Resolved:
+    """The caller's layout where the checkpoint agrees or cannot say (no layout, no ids, or
+    ids in no stated convention: the caller's layout is how the user says which reading);
+    a contradiction of an explicit layout or of ids that settle their convention is an
+    error unless ``override``, and then the source says "overridden"."""
     verifier = t.verifier
     if isinstance(layout, HiddenStateLayout):
         if (layout.num_layers, layout.hidden_size) != (t.num_layers, t.hidden_size):
@@ -86,9 +116,47 @@ def _caller_layout(f: DraftFile, layout: LayoutArg, t: Target) -> Resolved:
             )
         verifier = layout.verifier or verifier
     taps = layout.taps if isinstance(layout, HiddenStateLayout) else parse_taps(layout)
-    notes = [] if f.ids is None else [f"config ids {list(f.ids)} ignored: the caller's layout wins"]
     lay = HiddenStateLayout(taps, t.num_layers, t.hidden_size, verifier)
-    return Resolved(lay, None, "caller-supplied layout", notes)
+    explicit = f.declared_layout[0].taps is not None or f.ids is not None
+    try:
+        own = _checkpoint_layout(fmt, f, conv, t, where) if explicit else None
+    except AmbiguousIdsError:  # the caller's layout is the user's answer to "which reading?"
+        reading = _reading(f, lay)
+        neither = f"config ids {list(f.ids or ())} spell these taps in neither convention"
+        return Resolved(lay, reading, CALLER_SOURCE, [] if reading else [neither])
+    except WiringError as err:  # the config's own taps are broken: nothing to agree with
+        if not override:
+            raise WiringError(
+                f"{LAYOUT_FLAG} {format_taps(lay.taps)} cannot be checked against the draft "
+                f"config: {err.message}",
+                path=err.path or where,
+                fix=f"fix the draft config, or add {OVERRIDE_FLAG} to serve the given taps",
+            ) from None
+        note = f"overridden: the draft config's own taps do not read ({err.message})"
+        return Resolved(lay, None, f"{CALLER_SOURCE} (overridden)", [note])
+    if own is None or own.layout is None or own.layout.taps == lay.taps:
+        return Resolved(lay, None if own is None else own.convention, CALLER_SOURCE)
+    said = f"{own.source} says {format_taps(own.layout.taps)}"
+    if not override:
+        raise WiringError(
+            f"{LAYOUT_FLAG} {format_taps(lay.taps)} contradicts the checkpoint: {said}",
+            path=where,
+            fix=f"drop {LAYOUT_FLAG} to serve the checkpoint's taps, or add {OVERRIDE_FLAG} "
+            "if the draft was really trained on the given ones",
+        )
+    note = f"overridden: serving {format_taps(lay.taps)} where {said}"
+    return Resolved(lay, None, f"{CALLER_SOURCE} (overridden; {said})", [note])
+
+
+def _reading(f: DraftFile, lay: HiddenStateLayout) -> Convention | None:
+    """The convention in which ambiguous ids spell ``lay``, if one does."""
+    for conv in (Convention.OUTPUT_OF_LAYER, Convention.INPUT_TO_LAYER):
+        try:
+            if taps_from_ids(f.ids or (), conv, lay.num_layers) == lay.taps:
+                return conv
+        except WiringError:
+            continue
+    return None
 
 
 def _default_layout(fmt: str, t: Target, where: str) -> Resolved:

@@ -17,6 +17,7 @@ Formats and where their ids live:
 
 The explicit ``eagle_config.hidden_state_layout`` (also top-level for speculators) wins over
 ids and needs no convention; when ids sit next to it they must agree with it (``draft_layout``).
+A caller's layout must agree with both, unless overridden.
 The config's keys and types are ``draft_schema``'s models.
 """
 
@@ -47,14 +48,16 @@ def read_draft(
     convention: Convention | str | None = None,
     layout: LayoutArg = None,
     family: Family | None = DEEPSEEK,
+    override_layout: bool = False,
 ) -> DraftSpec:
     """Parse ``draft_dir`` and check it against a target with ``num_layers`` decoder layers of
-    width ``target_hidden_size``. ``layout`` (caller's explicit taps) wins over the config;
-    ``convention`` disambiguates flat ids. ``layout`` may be a HiddenStateLayout, a string
-    like ``"embed,layer:2,layer:30"`` or a list of tap names. ``family`` is the target's row
-    in the family table, whose stock id rule the notes and errors explain (None: not in the
-    table; DeepSeek, the seed's, when the caller does not say). Every problem is a WiringError
-    naming the file (and the field)."""
+    width ``target_hidden_size``. ``layout`` (caller's explicit taps) must agree with an
+    explicit layout in the config or with ids that settle their convention, unless
+    ``override_layout``; it settles ids that do not. ``convention`` disambiguates flat ids.
+    ``layout`` may be a HiddenStateLayout, a string like ``"embed,layer:2,layer:30"`` or a
+    list of tap names. ``family`` is the target's row in the family table, whose stock id
+    rule the notes and errors explain (None: not in the table; DeepSeek, the seed's, when the
+    caller does not say). Every problem is a WiringError naming the file (and the field)."""
     n = check_num_layers(num_layers)
     width = target_hidden_size
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:
@@ -77,7 +80,8 @@ def read_draft(
     if verifier is None and f.verifier_is_final:
         verifier = Tap.layer_output(n - 1)
     try:
-        r = resolve_layout(fmt, f, conv, layout, Target(n, width, verifier, family), where)
+        target = Target(n, width, verifier, family)
+        r = resolve_layout(fmt, f, conv, layout, target, where, override=override_layout)
     except WiringError as err:  # layout validation knows no file: name the config
         raise err.with_path(where) from None
     _check_tap_count(r, f, where)

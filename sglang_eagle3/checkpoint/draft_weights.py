@@ -66,6 +66,21 @@ def open_safetensors(path: str | Path) -> Iterator[Any]:
         yield handle
 
 
+def check_finite(t: torch.Tensor, name: str, path: str | Path) -> torch.Tensor:
+    """``t`` unchanged, or a WiringError naming it when a float tensor holds NaN or inf: a
+    poisoned drafter scores like an untrained one under every layout, which reads as "the
+    layout is fine" instead of "the weights are broken"."""
+    if not t.is_floating_point() or bool(torch.isfinite(t).all()):
+        return t
+    nan = int(torch.isnan(t).sum())
+    inf = int((~torch.isfinite(t)).sum()) - nan
+    raise WiringError(
+        f"{name} holds non-finite values ({nan} NaN, {inf} inf of {t.numel()})",
+        path=str(path),
+        fix="use a healthy checkpoint (these weights are corrupt or training diverged)",
+    )
+
+
 def canonical_name(name: str) -> str:
     """SGLang's load-time renames, applied once so every format reads alike."""
     return legacy_renamed(name.removeprefix("model."))
@@ -108,7 +123,8 @@ def load_tensors(
     skip: tuple[str, ...] = EMBED_NAMES,
 ) -> dict[str, torch.Tensor]:
     """Every draft tensor under its canonical name; floats cast to ``dtype`` (None: as
-    stored), integer tensors (``d2t``, ``t2d``) kept. Names in ``skip`` are left out."""
+    stored), integer tensors (``d2t``, ``t2d``) kept. Names in ``skip`` are left out. A float
+    tensor holding NaN or inf is a WiringError naming it."""
     out: dict[str, torch.Tensor] = {}
     by_file: dict[Path, list[str]] = {}
     for name, f in tensor_files(directory).items():
@@ -120,7 +136,7 @@ def load_tensors(
                     key = canonical_name(name)
                     if key in skip or not_served(key):
                         continue
-                    t = handle.get_tensor(name)
+                    t = check_finite(handle.get_tensor(name), name, f)  # as stored
                     if t.is_floating_point() and dtype is not None:
                         t = t.to(dtype)
                     out[key] = t.to(device)
@@ -161,7 +177,8 @@ class RowTable:
 
     def _read(self, index: slice) -> torch.Tensor:
         with open_safetensors(self.path) as handle:
-            return handle.get_slice(self.name)[index].to(self.dtype)
+            rows = handle.get_slice(self.name)[index]
+        return check_finite(rows, self.name, self.path).to(self.dtype)
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows for ``ids`` (any shape, target ids) -> ``[*ids.shape, hidden]``."""
@@ -178,7 +195,8 @@ class RowTable:
             with open_safetensors(self.path) as handle:
                 sl = handle.get_slice(self.name)
                 for i in wanted:
-                    self._rows[i] = sl[i : i + 1][0].to(self.dtype).to(self.device)
+                    row = check_finite(sl[i : i + 1][0], f"{self.name} row {i}", self.path)
+                    self._rows[i] = row.to(self.dtype).to(self.device)
         flat = [self._rows[i] for i in ids.reshape(-1).tolist()]
         return torch.stack(flat).reshape(*ids.shape, self.hidden_size)
 

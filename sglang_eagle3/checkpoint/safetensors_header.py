@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_eagle3.errors import WiringError
@@ -24,14 +25,51 @@ TensorInfo = tuple[str, tuple[int, ...]]
 _MAX_HEADER = 100 * 1024 * 1024  # the reference implementation refuses larger headers too
 
 
+@dataclass(frozen=True)
+class Entry:
+    """One tensor's header entry; ``begin``/``end`` are offsets into the data buffer."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Header:
+    """A parsed header: its entries, where the data buffer starts, the file's size."""
+
+    path: Path
+    entries: dict[str, Entry]
+    data_start: int  # 8 + the header's length
+    file_size: int
+
+    @property
+    def data_size(self) -> int:
+        return self.file_size - self.data_start
+
+
 def read_safetensors_header(path: str | Path) -> dict[str, TensorInfo]:
     """``{tensor_name: (dtype, shape)}`` of one .safetensors file."""
+    return {name: (e.dtype, e.shape) for name, e in read_header(path).entries.items()}
+
+
+def read_header(path: str | Path) -> Header:
+    """The header of one .safetensors file; a file too short for what it declares, a Git LFS
+    pointer or a malformed header is a WiringError (prestart checks the offsets further)."""
     path = Path(path)
     where = str(path)
     try:
         size = path.stat().st_size
         with path.open("rb") as f:
             head = f.read(8)
+            if head.startswith(b"version "):
+                raise WiringError(
+                    "this is a Git LFS pointer, not the weights",
+                    path=where,
+                    fix="run `git lfs pull` (or download the real file)",
+                )
             if len(head) < 8:
                 raise WiringError(
                     f"file is {size} bytes, too short for a safetensors header (truncated?)",
@@ -39,12 +77,6 @@ def read_safetensors_header(path: str | Path) -> dict[str, TensorInfo]:
                     fix="re-download or re-save the checkpoint",
                 )
             (n,) = struct.unpack("<Q", head)
-            if head.startswith(b"version "):
-                raise WiringError(
-                    "this is a Git LFS pointer, not the weights",
-                    path=where,
-                    fix="run `git lfs pull` (or download the real file)",
-                )
             if n > _MAX_HEADER or n > size - 8:
                 raise WiringError(
                     f"header length {n} does not fit in a {size}-byte file (truncated or "
@@ -63,13 +95,12 @@ def read_safetensors_header(path: str | Path) -> dict[str, TensorInfo]:
         raise WiringError(f"safetensors header is not valid JSON ({err})", path=where) from None
     if not isinstance(header, dict):
         raise WiringError("safetensors header is not a JSON object", path=where)
-    tensors: dict[str, TensorInfo] = {}
-    data_end = 0
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        tensors[name] = _tensor_info(name, info, where)
-        data_end = max(data_end, info["data_offsets"][1])
+    entries = {
+        name: _tensor_info(name, info, where)
+        for name, info in header.items()
+        if name != "__metadata__"
+    }
+    data_end = max((e.end for e in entries.values()), default=0)
     if data_end > size - 8 - n:
         raise WiringError(
             f"data is truncated: the header needs {data_end} data bytes, the file holds "
@@ -77,10 +108,10 @@ def read_safetensors_header(path: str | Path) -> dict[str, TensorInfo]:
             path=where,
             fix="re-download or re-save the checkpoint",
         )
-    return tensors
+    return Header(path, entries, 8 + n, size)
 
 
-def _tensor_info(name: str, info: object, where: str) -> TensorInfo:
+def _tensor_info(name: str, info: object, where: str) -> Entry:
     if not isinstance(info, dict) or not (
         isinstance(info.get("dtype"), str)
         and isinstance(info.get("shape"), list)
@@ -90,8 +121,11 @@ def _tensor_info(name: str, info: object, where: str) -> TensorInfo:
         and all(isinstance(o, int) and not isinstance(o, bool) for o in info["data_offsets"])
         and 0 <= info["data_offsets"][0] <= info["data_offsets"][1]
     ):
-        raise WiringError(f"safetensors header entry {name!r} is malformed: {info!r}", path=where)
-    return info["dtype"], tuple(info["shape"])
+        text = repr(info)
+        text = text if len(text) <= 200 else text[:200] + "..."
+        raise WiringError(f"safetensors header entry {name!r} is malformed: {text}", path=where)
+    begin, end = info["data_offsets"]
+    return Entry(name, info["dtype"], tuple(info["shape"]), begin, end)
 
 
 def read_index(index_path: str | Path) -> dict[str, str]:

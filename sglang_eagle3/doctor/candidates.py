@@ -171,6 +171,9 @@ def draft_layouts(
     readings: list[tuple[str, tuple[Tap, ...]]] = []
     notes: list[str] = []
     try:
+        # no caller layout, so the launcher's override has no doctor twin: the doctor scores
+        # the checkpoint's own declaration against the alternatives, and its verdict, not a
+        # flag, says which layout the draft works with
         spec: DraftSpec | None = read_draft(
             draft_dir, num_layers=n, target_hidden_size=target_hidden_size, family=family
         )

@@ -3,7 +3,8 @@
 Replays an EAGLE-3 draft on its training data under several candidate hidden-state layouts
 (declared, served, shifted, default ...) and says whether the layout that would be served is
 the one the draft works with. Exit codes: 0 fine (or cannot tell), 1 the served layout scores
-clearly below the best candidate (or would not start), 2 bad input.
+clearly below the best candidate (or would not start), or no layout beats the taps-zeroed
+floor; 2 bad input (non-finite draft weights included).
 
 "Clearly below": at least 5 points under the best candidate's step-1 top-1 accuracy, on the same
 tokens, with a paired (McNemar) z of at least 4. Not a ratio: drafts trained with
@@ -21,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from sglang_eagle3.checkpoint.draft_spec import DraftSpec
+from sglang_eagle3.checkpoint.prestart import prestart_check
 from sglang_eagle3.doctor.candidates import (
     SERVED_BY,
     build_candidates,
@@ -141,6 +143,8 @@ def _run(opts: DoctorOptions) -> Report:
         served_by=opts.served_by,
         family=family,
     )
+    # the launcher's own pre-start refusals, with its messages, before any weight is loaded
+    prestart_check(opts.draft, opts.target)
     if info.num_taps < lay.num_aux:
         raise WiringError(
             f"the data stores {info.num_taps} taps per token but the draft's fc takes "

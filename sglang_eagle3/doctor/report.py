@@ -18,6 +18,7 @@ from sglang_eagle3.layout.taps import Tap, format_taps
 from sglang_eagle3.table import text_table
 
 OK, BAD, UNKNOWN = "ok", "served layout is wrong", "cannot tell"
+NO_TAPS = "no layout beats the floor"  # every candidate at or below the taps-zeroed floor
 
 
 @dataclass
@@ -143,6 +144,18 @@ def _verdict(
     if not scored:
         return UNKNOWN, "no candidate could be scored (no tokens under the loss mask?)", 0
     best = max(scored, key=lambda r: r["accuracy"])
+    floor = next((r for r in rows if r["is_floor"] and r["accuracy"] is not None), None)
+    if floor is not None and best["accuracy"] <= floor["accuracy"]:
+        # the served layout cannot be "OK" when no layout gives the draft anything
+        return (
+            NO_TAPS,
+            f"every layout scores at or below the taps-zeroed floor: best {best['text']} "
+            f"({best['name']}) {best['accuracy']:.1%} step-1 top-1, floor "
+            f"{floor['accuracy']:.1%}; the draft gets nothing from its taps under any layout "
+            "(corrupt fc or draft weights, data from another target, or data the draft was "
+            "not trained for)",
+            1,
+        )
     if lay.served_crash is not None:
         return BAD, f"the served config would not run: {lay.served_crash}", 1
     if lay.served is None:  # stock SGLang on a family outside the table: no rule to replay

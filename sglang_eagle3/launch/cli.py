@@ -37,6 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(embed = embedding output; layer:K = output of decoder layer K, 0-indexed)",
     )
     p.add_argument(
+        "--override-draft-layout",
+        action="store_true",
+        help="serve --hidden-state-layout even where it contradicts the draft config's own "
+        "layout or ids (without it that is an error); the wiring table says 'overridden'",
+    )
+    p.add_argument(
         "--aux-layer-convention",
         choices=["output-of-layer", "input-to-layer"],
         help="how to read the draft config's eagle_aux_hidden_state_layer_ids when it does not "
@@ -106,7 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         from sglang_eagle3.launch.server_process import with_cpu_defaults
 
         rest = with_cpu_defaults(rest)
-    opts = LaunchOptions(args.hidden_state_layout, args.aux_layer_convention, args.draft_cache_dir)
+    opts = LaunchOptions(
+        args.hidden_state_layout,
+        args.aux_layer_convention,
+        args.draft_cache_dir,
+        override_draft_layout=args.override_draft_layout,
+    )
     try:
         plan = plan_launch(rest, opts)
         if args.json:

@@ -15,9 +15,10 @@ from sglang_eagle3 import env_names
 from sglang_eagle3.checkpoint.draft_readers import read_draft
 from sglang_eagle3.checkpoint.draft_settings import REFUSED, Setting, draft_settings
 from sglang_eagle3.checkpoint.draft_spec import DraftSpec
+from sglang_eagle3.checkpoint.prestart import prestart_check
 from sglang_eagle3.checkpoint.target_config import TargetInfo, read_target
 from sglang_eagle3.errors import WiringError
-from sglang_eagle3.launch.argv import argv_get, argv_has, argv_set
+from sglang_eagle3.launch.argv import argv_get, argv_has, argv_int, argv_set
 from sglang_eagle3.launch.spec_flags import Resolution, resolve_spec_argv, sglang_argv_flags
 from sglang_eagle3.layout.capture_plan import (
     LAYOUT_ENV,
@@ -30,6 +31,7 @@ from sglang_eagle3.layout.families import example_layout
 
 DRAFT_PATH = "--speculative-draft-model-path"
 WINDOW = "--speculative-draft-window-size"
+PP_FLAGS = ("--pp-size", "--pipeline-parallel-size")  # SGLang's flag and its alias
 EAGLE_ALGOS = ("EAGLE3",)
 
 
@@ -38,6 +40,8 @@ class LaunchOptions:
     hidden_state_layout: str | None = None
     aux_layer_convention: str | None = None
     cache_dir: Path = Path.home() / ".cache" / "sglang_eagle3" / "drafts"
+    # serve hidden_state_layout even where it contradicts the draft's own layout or ids
+    override_draft_layout: bool = False
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,12 @@ def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
                 "--hidden-state-layout needs --speculative-algorithm EAGLE3",
                 path="command line",
             )
+        if opts.override_draft_layout:
+            raise WiringError(
+                "--override-draft-layout needs --speculative-algorithm EAGLE3",
+                path="command line",
+                fix="drop --override-draft-layout, or serve an EAGLE-3 drafter",
+            )
         return LaunchPlan(
             target,
             None,
@@ -158,6 +168,12 @@ def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
             path=draft_src,
             fix="download the drafter and pass its local directory",
         )
+    if opts.override_draft_layout and not opts.hidden_state_layout:
+        raise WiringError(
+            "--override-draft-layout overrides nothing without --hidden-state-layout",
+            path="command line",
+            fix="add --hidden-state-layout TAPS (the taps the drafter was trained on)",
+        )
     spec = read_draft(
         draft_src,
         num_layers=target.num_layers,
@@ -165,7 +181,11 @@ def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
         convention=opts.aux_layer_convention,
         layout=opts.hidden_state_layout,
         family=target.family,
+        override_layout=opts.override_draft_layout,
     )
+    # the same refusals as the doctor's: weight files that are not whole, vocab maps that
+    # do not fit the target (a dry run too: it must say what the real start would hit)
+    prestart_check(draft_src, target.path)
     notes, changes, env = list(spec.notes), [], {}
     family = target.family
     if spec.layout is None:
@@ -184,7 +204,9 @@ def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
         )
     capture = capture_plan_for(target, spec)
     tbo = argv_has(argv, "--enable-two-batch-overlap")
-    check_family(family, target.architecture, path=target.path, two_batch_overlap=tbo)
+    stages = max(argv_int(argv, flag) or 1 for flag in PP_FLAGS)
+    check_family(family, target.architecture, path=target.path, two_batch_overlap=tbo,
+                 pipeline_stages=stages)  # fmt: skip
     env[LAYOUT_ENV] = ",".join(capture.taps)
     out = list(argv)
     converted = None
