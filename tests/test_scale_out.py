@@ -36,13 +36,13 @@ SPEC = spec_flags(3, 2, 6)  # the demo's tree
 MAX_NEW = 24
 
 
-def _plan_lines(log: str) -> list[tuple[int, str]]:
-    pattern = r"pid=(\d+)\] INFO DeepseekV3ForCausalLM: capturing taps (.*)"
+def _plan_lines(log: str, arch: str) -> list[tuple[int, str]]:
+    pattern = rf"pid=(\d+)\] INFO {arch}: capturing taps (.*)"
     return [(int(pid), text) for pid, text in re.findall(pattern, log)]
 
 
-def _assert_every_rank_applied_one_plan(log: str) -> None:
-    lines = _plan_lines(log)
+def _assert_every_rank_applied_one_plan(log: str, arch: str = "DeepseekV3ForCausalLM") -> None:
+    lines = _plan_lines(log, arch)
     assert len({pid for pid, _ in lines}) == 2, lines  # one line per rank, two ranks
     assert len({text for _, text in lines}) == 1, lines
     assert "[all 2 ranks agree]" in lines[0][1]
@@ -54,22 +54,35 @@ def _capture(srv, ids: list[int]) -> tuple[dict, list[int]]:
                                   "sampling_params": params}), ids  # fmt: skip
 
 
-@pytest.mark.parametrize("mode", sorted(MODES))
-def test_capture_is_exact_with_two_ranks(server_factory, tiny_target, mode, figures):
+def _target(name: str):
+    """(target dir, HF loader, architecture) of a tiny target: DeepSeek-V3 or Llama."""
+    from sglang_eagle3.checkpoint.hf_target import load_hf_target
+    from sglang_eagle3.testing.tiny import family_targets
+    from sglang_eagle3.testing.tiny.cache import tiny_target_dir
+
+    if name == "llama":
+        return (family_targets.tiny_family_target("llama"), family_targets.load_family_target,
+                "LlamaForCausalLM")  # fmt: skip
+    return tiny_target_dir(train_steps=0), load_hf_target, "DeepseekV3ForCausalLM"
+
+
+@pytest.mark.parametrize(
+    "target_name,mode", [("deepseek", "tp2"), ("deepseek", "dp_attention"), ("llama", "tp2")]
+)
+def test_capture_is_exact_with_two_ranks(server_factory, target_name, mode, figures):
     import torch
 
-    from sglang_eagle3.checkpoint.hf_target import load_hf_target
-
+    target, loader, arch = _target(target_name)
     srv = server_factory(
-        tiny_target,
+        target,
         FP32 + MODES[mode] + ["--enable-return-aux-hidden-states", "--speculative-algorithm",
                               "EAGLE3"],
-        name=f"capture-{mode}", env={env_names.LAYOUT: LAYOUT, **RANKS},
+        name=f"capture-{target_name}-{mode}", env={env_names.LAYOUT: LAYOUT, **RANKS},
     )  # fmt: skip
-    _assert_every_rank_applied_one_plan(srv.log())
+    _assert_every_rank_applied_one_plan(srv.log(), arch)
     with ThreadPoolExecutor(len(PROMPT_IDS)) as pool:
         results = list(pool.map(lambda ids: _capture(srv, ids), PROMPT_IDS))
-    model = load_hf_target(tiny_target)
+    model = loader(target)
     worst, rows = 0.0, 0
     for out, ids in results:
         chunks = out["meta_info"]["hidden_states"]
@@ -82,7 +95,9 @@ def test_capture_is_exact_with_two_ranks(server_factory, tiny_target, mode, figu
         ref = torch.cat([hs.hidden_states[i][0] for i in HF_INDICES], -1).double()
         worst = max(worst, (got - ref[start : start + len(got)]).abs().max().item())
         rows += len(got)
-    figures.record(f"{mode}: max |diff| capture vs HF over {rows} rows, 6 concurrent", worst)
+    figures.record(
+        f"{target_name} {mode}: max |diff| capture vs HF over {rows} rows, 6 concurrent", worst
+    )
     assert worst < 1e-4, worst
 
 
