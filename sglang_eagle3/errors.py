@@ -2,6 +2,29 @@
 
 from __future__ import annotations
 
+import re
+
+MAX_ITEMS = 8  # items of a long list kept in a message; the rest are counted
+MAX_CHARS = 2000  # a message longer than this is cut in the middle
+_LONG_LIST = re.compile(r"\[([^\[\]]{120,})\]")
+
+
+def bounded(text: str) -> str:
+    """``text`` as one readable line: each long ``[a, b, ...]`` list cut to its first items
+    with "... and N more", and the whole cut to MAX_CHARS (450k ids made a 1.35 MB line)."""
+
+    def cut(m: re.Match[str]) -> str:
+        items = m.group(1).split(", ")
+        if len(items) <= MAX_ITEMS:
+            return m.group(0)
+        return f"[{', '.join(items[:MAX_ITEMS])}, ... and {len(items) - MAX_ITEMS} more]"
+
+    text = " ".join(_LONG_LIST.sub(cut, text).splitlines())
+    if len(text) > MAX_CHARS:
+        keep = MAX_CHARS // 2
+        text = f"{text[:keep]} ... ({len(text) - 2 * keep} characters cut) ... {text[-keep:]}"
+    return text
+
 
 class WiringError(ValueError):
     """A user-facing wiring problem (bad config, bad ids, mismatched widths, ...).
@@ -17,11 +40,11 @@ class WiringError(ValueError):
         super().__init__(self.render())
 
     def render(self) -> str:
-        text = self.message.rstrip()
+        text = bounded(self.message.rstrip())
         if self.path:
             text = f"{self.path}: {text}"
         if self.fix:
-            text = f"{text.rstrip('.')}. Fix: {self.fix.rstrip()}"
+            text = f"{text.rstrip('.')}. Fix: {bounded(self.fix.rstrip())}"
         return text
 
     def __str__(self) -> str:

@@ -191,3 +191,36 @@ def test_client_reports_errors_instead_of_raising(replay):
     batch = run_batch(replay([]), ["a", "b"], {}, concurrency=2)
     assert batch.errors == ["prompt 0: stream ended without a token",
                             "prompt 1: stream ended without a token"]  # fmt: skip
+
+
+class _CutOff(_Replay):
+    """Like a server killed mid-stream: some events, then the connection closes, no [DONE]."""
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for event in self.events:
+            self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+        self.wfile.flush()
+        self.close_connection = True
+
+
+def test_a_cut_off_stream_is_a_failed_request(replay):
+    cut = RECORDED_SPEC_STREAM[:3]  # 6 of 12 tokens, no finish reason
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (_CutOff,), {"events": cut}))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        r = stream_generate(f"http://127.0.0.1:{srv.server_port}", "x", {"max_new_tokens": 12})
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert not r.ok and "cut off after 6 tokens (no finish reason" in r.error
+    # a whole stream with ignore_eos but fewer tokens than asked is not whole either
+    short = stream_generate(replay(RECORDED_SPEC_STREAM), "x",
+                            {"max_new_tokens": 16, "ignore_eos": True})  # fmt: skip
+    assert not short.ok and "12 of 16 tokens with ignore_eos" in short.error
+    whole = stream_generate(replay(RECORDED_SPEC_STREAM), "x",
+                            {"max_new_tokens": 12, "ignore_eos": True})  # fmt: skip
+    assert whole.ok, whole.error

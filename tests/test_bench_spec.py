@@ -48,13 +48,13 @@ def test_prompt_file_read_and_empty(tmp_path):
         read_prompts(tmp_path / "missing.jsonl")
 
 
-def test_bad_prompts_file_exits_2_before_any_server_starts(tmp_path):
+def test_bad_prompts_file_exits_2_before_any_server_starts(tmp_path, tiny_target):
     bad = tmp_path / "prompts.jsonl"
     bad.write_text('{"text": "fine"}\n{"text": "fine"}\n{"text": oops}\n')
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "bench_spec.py"),
-         "--launch", f"plain=--model-path {tmp_path} --cpu", "--prompts", str(bad),
+         "--launch", f"plain=--model-path {tiny_target} --cpu", "--prompts", str(bad),
          "--out", str(out)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -74,6 +74,13 @@ def test_bad_prompts_file_exits_2_before_any_server_starts(tmp_path):
         ["--server", "a=http://x", "--server", "a=http://y"],
         ["--server", "a=http://x", "--concurrency", "1,x"],
         ["--server", "a=http://x", "--concurrency", "2,2"],
+        ["--server", "a=http://x", "--temperature", "nan"],
+        ["--server", "a=http://x", "--top-p", "7"],
+        ["--server", "a=http://x", "--num-prompts", "-3"],
+        ["--server", "a=http://x", "--request-timeout", "0"],
+        ["--server", "a=http://x", "--out", "/proc/version/out"],
+        ["--launch", "bad=--model-path /nonexistent"],
+        ["--server", "a=http://x", "--load-client", "sglang"],  # no local tokenizer
         [],
     ],
 )
@@ -81,7 +88,10 @@ def test_bad_server_arguments_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as e:
         bench.main(argv)
     assert e.value.code == 2
-    assert "error:" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "error:" in err
+    if "bad=" in " ".join(argv):  # the launcher's own dry run, before any server starts
+        assert "--launch bad: the launcher refuses it" in err and "/nonexistent" in err
 
 
 def test_launch_spec_takes_the_model_path_out():
@@ -113,10 +123,23 @@ def test_compare_reports_ratios_and_every_differing_prompt():
     plain, spec = rows
     assert plain["lossless"] is None and plain["baseline"] and plain["speedup"] == 1.0
     assert spec["speedup"] == 1.5 and spec["itl_ratio"] == 0.5 and spec["ttft_ratio"] == 1.0
-    assert spec["lossless"] is False and spec["mismatches"] == [1, 2]
+    # prompt 2 failed on eagle3: a failed request, not a difference
+    assert spec["lossless"] is False and spec["mismatches"] == [1]
+    spec["failed_requests"] = [2]
     table = markdown_table(rows)
     assert "| plain | greedy | 1 | 100.0 | 1.00x |" in table and "| ref |" in table
-    assert "| 1.80 | 1.90 | 0.27 | NO (2 differ) |" in table
+    assert "| 1.80 | 1.90 | 0.27 | NO (1 differ; 1 failed) |" in table
+
+
+def test_a_failed_request_is_never_reported_as_a_difference():
+    rows = [_row("plain"), _row("eagle3", hist=[5, 2, 1])]
+    outputs = {("plain", "greedy", 1): [[1, 2], [3, 4]],
+               ("eagle3", "greedy", 1): [[1, 2], None]}  # fmt: skip
+    bench._compare(rows, outputs, "plain")
+    assert rows[1]["lossless"] is True and rows[1]["mismatches"] == []
+    dead = [_row("plain"), _row("eagle3", conc=4)]  # the baseline died before c=4
+    bench._compare(dead, {("eagle3", "greedy", 4): [None]}, "plain")
+    assert dead[1]["lossless"] is None and dead[1]["speedup"] is None
 
 
 def test_plots_are_valid_pngs(tmp_path):
@@ -179,3 +202,38 @@ def test_launch_mode_plain_and_eagle3_end_to_end(tmp_path):
         assert data[:8] == PNG_SIGNATURE and len(data) > 1000
     assert "| eagle3 | greedy | 1 |" in proc.stdout and "| plain | greedy | 2 |" in proc.stdout
     assert (out / "results.md").read_text().strip() == proc.stdout.strip()
+
+
+@pytest.mark.sglang
+@pytest.mark.slow
+def test_a_server_killed_mid_run_fails_the_run_and_its_requests(server_factory, tiny_target,
+                                                                 tmp_path):  # fmt: skip
+    """SIGKILL a real server while 8 long requests stream: nothing cut off counts as done."""
+    import signal
+    import time
+
+    srv = server_factory(tiny_target, ["--dtype", "float32"], name="to-kill")
+    out = tmp_path / "out"
+    bench_proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_spec.py"), "--server",
+         f"victim={srv.url}", "--num-prompts", "8", "--concurrency", "8", "--max-new-tokens",
+         "400", "--out", str(out), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    while "#running-req: 8" not in srv.log():  # the 8-request batch is decoding
+        if time.monotonic() > deadline or bench_proc.poll() is not None:
+            bench_proc.kill()
+            pytest.fail("the batch never ran 8 requests at once:\n" + srv.log()[-2000:])
+        time.sleep(0.2)
+    srv.stop(signal.SIGKILL)
+    stdout, stderr = bench_proc.communicate(timeout=300)
+    assert bench_proc.returncode == 1, stdout[-2000:] + stderr[-2000:]
+    assert "server died: victim" in stderr
+    assert "NOT LOSSLESS" not in stderr  # a crash is not a correctness bug
+    result = json.loads((out / "results.json").read_text())
+    (row,) = result["rows"]
+    assert row["server_died"] and result["server_died"] == ["victim"]
+    assert row["failed_requests"] == list(range(8)), row["errors"]
+    assert any("cut off" in e or "Error" in e for e in row["errors"]), row["errors"]
+    assert row["completion_tokens"] == 0  # nothing from a broken stream is counted

@@ -183,7 +183,7 @@ def test_write_draft_only_refuses_what_stock_cannot_read_unless_for_plugin(tmp_p
     assert len(err) == 1 and "qwen3_moe cannot capture layer:5, embed, layer:2" in err[0]
     assert "--for-plugin" in err[0] and not (tmp_path / "cache").exists()
     assert main([*argv, "--for-plugin"]) == 0
-    (flat,) = (tmp_path / "cache").iterdir()
+    (flat,) = [p for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")]  # lock
     layout = json.loads((flat / "config.json").read_text())["eagle_config"]["hidden_state_layout"]
     assert layout == ["layer:5", "embed", "layer:2"]
 

@@ -28,16 +28,16 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sglang_eagle3.bench.client import run_batch, stream_generate
+from sglang_eagle3.bench.checks import check_args
+from sglang_eagle3.bench.client import run_batch, server_alive, stream_generate
 from sglang_eagle3.bench.metrics import latency_stats, ratio, spec_stats
 from sglang_eagle3.bench.prompts import BUILT_IN, PromptFileError, read_prompts
 from sglang_eagle3.bench.servers import (
     ServerSpec,
-    ServerSpecError,
     live_server,
-    parse_launch,
-    parse_server,
 )
+
+REQUEST_TIMEOUT_S = 300.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,35 +80,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="sglang: also run sglang.benchmark.serving per configuration",
     )
     p.add_argument(
+        "--tokenizer",
+        help="with --load-client sglang and --server: the served model's local tokenizer "
+        "(launched servers use their --model-path)",
+    )
+    p.add_argument(
         "--out",
         type=Path,
         default=Path("bench_spec_out"),
         help="results.json, results.md, PNG plots and server logs go here",
     )
     p.add_argument("--ready-timeout", type=float, default=600.0)
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=REQUEST_TIMEOUT_S,
+        help="seconds one streamed request may stall before it counts as failed "
+        f"(default {REQUEST_TIMEOUT_S:g})",
+    )
     p.add_argument("--no-progress", action="store_true")
     return p
-
-
-def _check(args: argparse.Namespace, p: argparse.ArgumentParser) -> tuple[list, list[int]]:
-    """Everything that can be wrong with the input, before any server starts (exit 2)."""
-    if not args.servers:
-        p.error("give at least one --server NAME=URL or --launch NAME='ARGS'")
-    try:
-        specs = [parse_server(v) if k == "url" else parse_launch(v) for k, v in args.servers]
-    except ServerSpecError as e:
-        p.error(str(e))
-    if len({s.name for s in specs}) != len(specs):
-        p.error("server names must be unique")
-    try:
-        conc = [int(c) for c in args.concurrency.split(",")]
-    except ValueError:
-        p.error(f"--concurrency takes integers like 1,4,8, got {args.concurrency!r}")
-    if len(set(conc)) != len(conc):
-        p.error(f"--concurrency lists a value twice: {args.concurrency!r}")
-    if any(c < 1 for c in conc) or args.max_new_tokens < 1 or args.temperature < 0:
-        p.error("concurrency and --max-new-tokens must be >= 1, --temperature >= 0")
-    return specs, conc
 
 
 def _params(mode: str, args: argparse.Namespace):
@@ -135,33 +126,40 @@ def _row(spec: ServerSpec, mode: str, temp: float, conc: int, batch) -> dict:
         "tok_s": stats.completion_tokens / batch.wall_s if batch.wall_s else None,
         "wall_s": batch.wall_s, **stats.to_json(), **lat.to_json(),
         "finish_reasons": reasons, "errors": batch.errors,
+        "failed_requests": [i for i, r in enumerate(batch.results) if not r.ok],
+        "server_died": False,
     }  # fmt: skip
 
 
 def _compare(rows: list[dict], outputs: dict, base: str) -> None:
     """Ratios against the baseline's row of the same mode and concurrency; losslessness for
-    greedy rows (an errored request counts as a difference)."""
+    greedy rows over the prompts both servers answered whole (a failed request is counted
+    as failed, not as a difference: a crash is not a correctness bug)."""
     index = {(r["name"], r["mode"], r["concurrency"]): r for r in rows}
     for r in rows:
         key = (base, r["mode"], r["concurrency"])
-        b = index[key]
+        b = index.get(key, {})  # missing where the baseline died before this row
         r["baseline"] = r["name"] == base
-        r["speedup"] = ratio(r["tok_s"], b["tok_s"])
-        r["ttft_ratio"] = ratio(r["ttft_ms_median"], b["ttft_ms_median"])
-        r["itl_ratio"] = ratio(r["itl_ms_median"], b["itl_ms_median"])
+        r["speedup"] = ratio(r["tok_s"], b.get("tok_s"))
+        r["ttft_ratio"] = ratio(r["ttft_ms_median"], b.get("ttft_ms_median"))
+        r["itl_ratio"] = ratio(r["itl_ms_median"], b.get("itl_ms_median"))
         r["lossless"], r["mismatches"] = None, []
-        if r["mode"] == "greedy" and not r["baseline"]:
+        if r["mode"] == "greedy" and not r["baseline"] and key in outputs:
             mine, ref = outputs[(r["name"], r["mode"], r["concurrency"])], outputs[key]
-            r["mismatches"] = [
-                i for i, (a, c) in enumerate(zip(mine, ref, strict=True)) if a is None or a != c
-            ]
-            r["lossless"] = not r["mismatches"]
+            pairs = [(i, a, c) for i, (a, c) in enumerate(zip(mine, ref, strict=True))
+                     if a is not None and c is not None]  # fmt: skip
+            r["mismatches"] = [i for i, a, c in pairs if a != c]
+            r["lossless"] = not r["mismatches"] if pairs else None
+
+
+class _ServerDied(Exception):
+    """A server stopped answering mid-run: later measurements would all fail."""
 
 
 def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
-    specs, concs = _check(args, p)
+    specs, concs = check_args(args, p)
     try:
         prompts = read_prompts(args.prompts) if args.prompts else list(BUILT_IN)
     except PromptFileError as e:
@@ -188,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
                     for conc in concs:
                         bar.set_description(f"{spec.name} {mode} c={conc}")
                         batch = run_batch(url, prompts, _params(mode, args), conc,
-                                          on_done=lambda: bar.update(1))  # fmt: skip
+                                          on_done=lambda: bar.update(1),
+                                          timeout=args.request_timeout)  # fmt: skip
                         row = _row(spec, mode, temp, conc, batch)
                         outputs[(spec.name, mode, conc)] = [
                             r.output_ids if r.ok else None for r in batch.results
@@ -198,12 +197,23 @@ def main(argv: list[str] | None = None) -> int:
 
                             row["sglang_client"] = run_sglang_serving(
                                 url, prompts, args.max_new_tokens, conc, temp,
-                                args.out / "sglang_client" / spec.name, spec.model_path,
+                                args.out / "sglang_client" / spec.name,
+                                spec.model_path or args.tokenizer,
                             )  # fmt: skip
                         rows.append(row)
+                        if batch.errors and not server_alive(url):
+                            row["server_died"] = True
+                            print(f"bench_spec: error: server died: {spec.name} ({url}) stopped "
+                                  f"answering during {mode} c={conc}; its rows are marked "
+                                  "failed", file=sys.stderr)  # fmt: skip
+                            raise _ServerDied
+    except _ServerDied:
+        pass  # the results gathered so far are still written; the exit code is 1
     except (RuntimeError, TimeoutError) as e:
         bar.close()
         print(f"bench_spec: error: {e}", file=sys.stderr)
+        if rows:  # what was measured before the failure is still written
+            _finish(args, argv, specs, concs, modes, prompts, rows, outputs)
         return 1
     bar.close()
     return _finish(args, argv, specs, concs, modes, prompts, rows, outputs)
@@ -229,6 +239,7 @@ def _finish(args, argv, specs, concs, modes, prompts, rows, outputs) -> int:
         "modes": [{"mode": m, "temperature": t} for m, t in modes],
         "seed": args.seed, "concurrency": concs, "load_client": args.load_client,
         "lossless": all(r["lossless"] for r in greedy_checked),
+        "server_died": [r["name"] for r in rows if r["server_died"]],
         "request_errors": errors, "rows": rows,
     }  # fmt: skip
     table = markdown_table(rows)
@@ -248,4 +259,5 @@ def _finish(args, argv, specs, concs, modes, prompts, rows, outputs) -> int:
         if r["lossless"] is False:
             print(f"NOT LOSSLESS: {r['name']} c={r['concurrency']}: greedy outputs differ from "
                   f"{specs[0].name} on prompts {r['mismatches']}", file=sys.stderr)  # fmt: skip
-    return 0 if result["lossless"] and errors == 0 else 1
+    died = any(r["server_died"] for r in rows)
+    return 0 if result["lossless"] and errors == 0 and not died else 1

@@ -9,6 +9,7 @@ final one carries the speculative counters (`spec_verify_ct`, ...).
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.error
@@ -48,6 +49,23 @@ def _merge_ids(ids: list[int], chunk_ids: list[int], completion_tokens: int) -> 
     return ids + list(chunk_ids)
 
 
+def incomplete_reason(ids: list[int], meta: dict, sampling_params: dict, done: bool) -> str | None:
+    """Why a stream that raised nothing is still not a whole response (None: it is one).
+
+    A server killed mid-stream closes the connection cleanly between events, so an ended
+    stream proves nothing: only `[DONE]` after a finish reason does, and with `ignore_eos`
+    exactly the asked number of tokens."""
+    if not ids:
+        return "stream ended without a token"
+    finish = meta.get("finish_reason")
+    if not done or not finish:
+        return f"stream cut off after {len(ids)} tokens (no finish reason; did the server die?)"
+    asked = sampling_params.get("max_new_tokens")
+    if sampling_params.get("ignore_eos") and asked is not None and len(ids) != int(asked):
+        return f"{len(ids)} of {asked} tokens with ignore_eos (finish reason {finish})"
+    return None
+
+
 def stream_generate(
     url: str, text: str, sampling_params: dict, *, timeout: float = 600.0
 ) -> RequestResult:
@@ -62,7 +80,7 @@ def stream_generate(
     chunks: list[tuple[float, int]] = []
     ids: list[int] = []
     meta: dict = {}
-    error = None
+    error, done = None, False
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             for raw in resp:
@@ -72,6 +90,7 @@ def stream_generate(
                     continue
                 payload = line[5:].strip()
                 if payload == b"[DONE]":
+                    done = True
                     break
                 event = json.loads(payload)
                 if "error" in event:
@@ -81,15 +100,24 @@ def stream_generate(
                 n = int(meta.get("completion_tokens", 0))
                 ids = _merge_ids(ids, event.get("output_ids") or [], n)
                 chunks.append((now, n))
-    except (urllib.error.URLError, OSError, ValueError) as e:
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
         detail = (
             e.read().decode(errors="replace")[:500] if isinstance(e, urllib.error.HTTPError) else ""
         )
         error = f"{type(e).__name__}: {e} {detail}".strip()
     end = time.perf_counter()
-    if error is None and not chunks:
-        error = "stream ended without a token"
+    if error is None:
+        error = incomplete_reason(ids, meta, sampling_params, done)
     return RequestResult(ids, meta, StreamTiming(start, tuple(chunks)), error, end)
+
+
+def server_alive(url: str, timeout: float = 10.0) -> bool:
+    """Whether the server still answers /health (after failed requests: did it die?)."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=timeout) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError, http.client.HTTPException):
+        return False
 
 
 def run_batch(
@@ -98,6 +126,7 @@ def run_batch(
     sampling_params: dict | Callable[[int], dict],
     concurrency: int,
     on_done: Callable[[], None] | None = None,
+    timeout: float = 600.0,
 ) -> BatchResult:
     """All prompts with at most `concurrency` in flight; results in prompt order.
 
@@ -107,7 +136,7 @@ def run_batch(
 
     def one(i: int) -> RequestResult:
         params = sampling_params(i) if callable(sampling_params) else sampling_params
-        r = stream_generate(url, prompts[i], params)
+        r = stream_generate(url, prompts[i], params, timeout=timeout)
         if on_done is not None:
             on_done()
         return r

@@ -17,9 +17,14 @@ def _f(x: float | None, fmt: str = ".1f", suffix: str = "") -> str:
 
 
 def _lossless(row: dict) -> str:
-    if row.get("lossless") is None:  # the baseline itself, or a sampled run
-        return "ref" if row.get("baseline") and row["mode"] == "greedy" else "-"
-    return "yes" if row["lossless"] else f"NO ({len(row.get('mismatches', []))} differ)"
+    failed = len(row.get("failed_requests", ()))
+    note = f"; {failed} failed" if failed else ""
+    if row.get("lossless") is None:  # the baseline itself, a sampled run, or all failed
+        text = "ref" if row.get("baseline") and row["mode"] == "greedy" else "-"
+        return f"{text} ({failed} failed)" if failed else text
+    if row["lossless"]:
+        return "yes" + (f" (of the answered{note})" if failed else "")
+    return f"NO ({len(row.get('mismatches', []))} differ{note})"
 
 
 HEADER = (

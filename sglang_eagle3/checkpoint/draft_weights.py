@@ -166,7 +166,11 @@ class RowTable:
             shape = sl.get_shape()
             stored = torch_dtype(sl.get_dtype(), path)
         if len(shape) != 2:
-            raise WiringError(f"{name} has shape {shape}; expected [vocab, hidden]", path=str(path))
+            raise WiringError(
+                f"{name} has shape {shape}; expected [vocab, hidden]",
+                path=str(path),
+                fix="point at the target whose embedding this is (a 2-D [vocab, hidden] tensor)",
+            )
         self.vocab_size, self.hidden_size = shape
         self.dtype = dtype or stored
         self._full: torch.Tensor | None = None

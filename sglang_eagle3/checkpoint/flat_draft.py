@@ -8,10 +8,14 @@ symlinked (copied where links fail): SGLang loads speculators' tensor names as t
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -144,23 +148,71 @@ def write_flat_draft(
         },
     }
     weights = _weight_files(src)
-    replace = _check_destination(dst, src)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.parent / f".{dst.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
-        _fill(tmp, src, files, weights)
-        if replace:
-            shutil.rmtree(dst)
-        elif dst.exists():
-            dst.rmdir()  # empty, checked above
-        tmp.rename(dst)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with _locked(dst):  # concurrent launches of one draft: one writes, the others reuse it
+        names = {*files, *(f.name for f in weights)}
+        names |= {n for n in TOKENIZER_FILES if (src / n).is_file()}
+        if _same_conversion(dst, files, names):
+            return dst
+        replace = _check_destination(dst, src)
+        tmp = dst.parent / f".{dst.name}.tmp-{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        try:
+            _fill(tmp, src, files, weights)
+            if replace:
+                shutil.rmtree(dst)
+            elif dst.exists():
+                dst.rmdir()  # empty, checked above
+            tmp.rename(dst)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return dst
+
+
+@contextlib.contextmanager
+def _locked(dst: Path) -> Iterator[None]:
+    with open(dst.parent / f".{dst.name}.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _same_conversion(dst: Path, files: dict[str, dict[str, Any]], names: set[str]) -> bool:
+    """Whether ``dst`` already holds exactly this conversion, file for file (written by a
+    launch that held the lock first): then there is nothing to write."""
+    try:
+        if {p.name for p in dst.iterdir()} != names:
+            return False
+        return all(json.loads((dst / name).read_text(encoding="utf-8")) == json.loads(
+            json.dumps(data)) for name, data in files.items())  # fmt: skip
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+
+
+def check_cache_dir(path: Path, *, flag: str = "--draft-cache-dir") -> Path:
+    """``path`` if the launcher can create flat copies in it, or a WiringError naming ``flag``:
+    checked before anything starts, in a dry run too, and without creating anything (a probe
+    file in the nearest existing folder is removed at once)."""
+    probe = path.absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        if not probe.is_dir():
+            raise NotADirectoryError(f"{probe} is a file")
+        with tempfile.NamedTemporaryFile(dir=probe, prefix=".sglang-eagle3-write-test-"):
+            pass
+    except OSError as err:
+        raise WiringError(
+            f"{path} cannot hold converted drafts ({err.strerror or err})",
+            path=flag,
+            fix=f"give {flag} a writable folder",
+        ) from None
+    return path
 
 
 def _check_convertible(spec: DraftSpec, src: Path, dst: Path) -> HiddenStateLayout:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sglang_eagle3.checkpoint.config_json import read_config_json
 from sglang_eagle3.errors import WiringError
+from sglang_eagle3.layout.conventions import MAX_LAYERS
 from sglang_eagle3.layout.families import Family, family_for
 
 
@@ -23,6 +24,14 @@ class TargetInfo:
                 f"num_hidden_layers {self.num_layers} and hidden_size {self.hidden_size} "
                 "must be >= 1",
                 path=self.path,
+                fix="use the target model's own config.json",
+            )
+        if self.num_layers > MAX_LAYERS:
+            raise WiringError(
+                f"num_hidden_layers {self.num_layers} is not a decoder depth (at most "
+                f"{MAX_LAYERS})",
+                path=self.path,
+                fix="use the target model's own config.json",
             )
 
     @property

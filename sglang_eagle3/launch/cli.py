@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--draft-cache-dir",
         type=Path,
         default=LaunchOptions().cache_dir,
-        help="where converted (flat) copies of speculators drafts are written",
+        help="where converted (flat) copies of speculators drafts are written "
+        "(default: %(default)s)",
     )
     return p
 

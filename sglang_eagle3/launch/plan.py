@@ -15,6 +15,7 @@ from sglang_eagle3 import env_names
 from sglang_eagle3.checkpoint.draft_readers import read_draft
 from sglang_eagle3.checkpoint.draft_settings import REFUSED, Setting, draft_settings
 from sglang_eagle3.checkpoint.draft_spec import DraftSpec
+from sglang_eagle3.checkpoint.flat_draft import check_cache_dir
 from sglang_eagle3.checkpoint.prestart import prestart_check
 from sglang_eagle3.checkpoint.target_config import TargetInfo, read_target
 from sglang_eagle3.errors import WiringError
@@ -28,9 +29,12 @@ from sglang_eagle3.layout.capture_plan import (
 )
 from sglang_eagle3.layout.conventions import stock_capture
 from sglang_eagle3.layout.families import example_layout
+from sglang_eagle3.layout.hidden_state_layout import HiddenStateLayout
+from sglang_eagle3.layout.taps import parse_taps
 
 DRAFT_PATH = "--speculative-draft-model-path"
 WINDOW = "--speculative-draft-window-size"
+LAYOUT_FLAG = "--hidden-state-layout"
 PP_FLAGS = ("--pp-size", "--pipeline-parallel-size")  # SGLang's flag and its alias
 EAGLE_ALGOS = ("EAGLE3",)
 
@@ -127,6 +131,18 @@ def capture_plan_for(target: TargetInfo, spec: DraftSpec) -> CapturePlan:
     return plan_from_layout(spec.layout, where, final_layer=family.final_layer)
 
 
+def _check_layout_flag(value: str, target: TargetInfo) -> None:
+    try:
+        HiddenStateLayout(parse_taps(value), target.num_layers, target.hidden_size)
+    except WiringError as err:
+        example = ",".join(str(t) for t in example_layout(target.num_layers))
+        raise WiringError(
+            err.message,
+            path=LAYOUT_FLAG,
+            fix=err.fix or f"name taps of this {target.num_layers}-layer target, e.g. {example}",
+        ) from None
+
+
 def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
     model = argv_get(argv, "--model-path")
     if not model:
@@ -174,6 +190,8 @@ def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
             path="command line",
             fix="add --hidden-state-layout TAPS (the taps the drafter was trained on)",
         )
+    if opts.hidden_state_layout:  # its own mistakes name the flag, not the draft's config
+        _check_layout_flag(opts.hidden_state_layout, target)
     spec = read_draft(
         draft_src,
         num_layers=target.num_layers,
@@ -211,7 +229,7 @@ def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
     out = list(argv)
     converted = None
     if spec.format == "speculators":
-        converted = str(converted_dir(opts.cache_dir, Path(draft_src)))
+        converted = str(converted_dir(check_cache_dir(opts.cache_dir), Path(draft_src)))
         out = argv_set(out, DRAFT_PATH, converted)
         changes.append(
             {

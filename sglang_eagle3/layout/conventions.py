@@ -53,9 +53,17 @@ def id_range(convention: Convention | str, num_layers: int) -> tuple[int, int]:
     return 0, num_layers - 1
 
 
+MAX_LAYERS = 10_000  # decoder layers; real targets have under 200
+
+
 def check_num_layers(num_layers: int) -> int:
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
         raise WiringError(f"num_layers must be an int >= 1, got {num_layers!r}")
+    if num_layers > MAX_LAYERS:
+        raise WiringError(
+            f"num_layers {num_layers} is not a decoder depth (at most {MAX_LAYERS})",
+            fix="check num_hidden_layers in the target's config.json",
+        )
     return num_layers
 
 
