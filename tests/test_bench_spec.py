@@ -217,7 +217,7 @@ def test_a_server_killed_mid_run_fails_the_run_and_its_requests(server_factory, 
     bench_proc = subprocess.Popen(
         [sys.executable, str(ROOT / "benchmarks" / "bench_spec.py"), "--server",
          f"victim={srv.url}", "--num-prompts", "8", "--concurrency", "8", "--max-new-tokens",
-         "400", "--out", str(out), "--no-progress"],
+         "200", "--out", str(out), "--no-progress"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 300
