@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.launch.plan import LaunchOptions, LaunchPlan, plan_launch
+from sglang_eagle3.launch.sglang_argv import canonical_argv
 from sglang_eagle3.launch.wiring_table import command_line, render
 
 PROG = "python -m sglang_eagle3.launch"
@@ -120,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         override_draft_layout=args.override_draft_layout,
     )
     try:
+        rest = canonical_argv(rest)  # what SGLang's own parser will make of it
         plan = plan_launch(rest, opts)
         if args.json:
             out = plan.to_json()
