@@ -20,3 +20,12 @@ def read_config_json(directory: str | Path, *, missing: str, fix: str) -> dict:
     if not isinstance(cfg, dict):
         raise WiringError("config must be a JSON object", path=str(path))
     return cfg
+
+
+def read_draft_config_json(draft_dir: str | Path) -> dict:
+    """A draft directory's config.json, worded the same for every reader of drafts."""
+    return read_config_json(
+        draft_dir,
+        missing="no config.json: not a draft checkpoint directory",
+        fix="point at the directory that holds the draft's config.json and weights",
+    )

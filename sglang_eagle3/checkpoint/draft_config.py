@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from sglang_eagle3.checkpoint.config_json import read_config_json
+from sglang_eagle3.checkpoint.config_json import read_draft_config_json
 from sglang_eagle3.checkpoint.draft_schema import (
     DraftFile,
     FcNorm,
@@ -67,11 +67,7 @@ class LlamaLayer(SchemaModel):
 def load_draft_config(draft_dir: str | Path) -> DraftArch:
     """Parse ``draft_dir/config.json``; every problem is a WiringError naming the file."""
     where = str(Path(draft_dir) / "config.json")
-    cfg = read_config_json(
-        draft_dir,
-        missing="no config.json: not a draft checkpoint directory",
-        fix="point at the directory holding the draft's config.json and weights",
-    )
+    cfg = read_draft_config_json(draft_dir)
     speculators = "speculators_model_type" in cfg
     f = load_draft_file(cfg, where, speculators=speculators)
     raw = cfg["transformer_layer_config"] if speculators else cfg

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglang_eagle3.checkpoint.config_json import read_config_json
+from sglang_eagle3.checkpoint.config_json import read_draft_config_json
 from sglang_eagle3.checkpoint.draft_layout import LayoutArg, Resolved, Target, resolve_layout
 from sglang_eagle3.checkpoint.draft_schema import FLAT_ARCH, DraftFile, load_draft_file
 from sglang_eagle3.checkpoint.draft_spec import DraftSpec
@@ -65,11 +65,7 @@ def read_draft(
     conv = _requested_convention(convention)
     draft_dir = Path(draft_dir)
     where = str(draft_dir / "config.json")
-    cfg = read_config_json(
-        draft_dir,
-        missing="no config.json: not a draft checkpoint directory",
-        fix="point at the directory that holds the draft's config.json and weights",
-    )
+    cfg = read_draft_config_json(draft_dir)
     files = safetensors_files(draft_dir) if draft_dir.is_dir() else None
     tensors: dict[str, TensorInfo] = read_checkpoint_tensors(draft_dir) if files else {}
     fmt = _detect_format(cfg, tensors, where)

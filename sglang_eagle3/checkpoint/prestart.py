@@ -19,13 +19,14 @@ downloaded) has nothing to check here; the readers say what they need of it.
 
 from __future__ import annotations
 
+import math
 import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_eagle3.checkpoint.config_json import read_config_json
+from sglang_eagle3.checkpoint.config_json import read_draft_config_json
 from sglang_eagle3.checkpoint.draft_schema import load_draft_file
 from sglang_eagle3.checkpoint.safetensors_header import (
     INDEX_NAME,
@@ -68,9 +69,7 @@ def check_safetensors_file(path: str | Path) -> Header:
                 fix=REDOWNLOAD,
             )
         bits = DTYPE_BITS.get(e.dtype)
-        numel = 1
-        for d in e.shape:
-            numel *= d
+        numel = math.prod(e.shape)
         if bits is not None and numel * bits != 8 * (e.end - e.begin):
             raise WiringError(
                 f"tensor {e.name!r} is {e.dtype} {_dims(e.shape)}, {-(-numel * bits // 8)} bytes, "
@@ -265,11 +264,7 @@ def prestart_check(draft_dir: str | Path, target_dir: str | Path | None = None) 
         target_vocab = target_vocab_size(target_dir)
     draft_dir = Path(draft_dir)
     where = str(draft_dir / "config.json")
-    cfg = read_config_json(
-        draft_dir,
-        missing="no config.json: not a draft checkpoint directory",
-        fix="point at the directory that holds the draft's config.json and weights",
-    )
+    cfg = read_draft_config_json(draft_dir)
     f = load_draft_file(cfg, where, speculators="speculators_model_type" in cfg)
     tensors = checked_tensors(draft_dir)
     trained = f.layer.vocab_size

@@ -20,6 +20,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -95,25 +96,33 @@ def is_complete(path: Path) -> bool:
     return path.is_dir() and all((path / f).is_file() for f in _REQUIRED_FILES)
 
 
-def _build_into_place(recipe: TargetRecipe, root: Path, name: str) -> Path:
-    from sglang_eagle3.testing.tiny.target import build_tiny_target
-
+def cached_build(
+    root: Path, name: str, complete: Callable[[Path], bool], build: Callable[[Path], None]
+) -> Path:
+    """``root / name``, built by ``build(tmp)`` into a temp sibling and renamed into place
+    under a file lock unless ``complete`` says it is there already (the module docstring)."""
     final = root / name
-    # Only the lock holder builds, so any temp dir for this entry is a crashed build's.
-    for stale in root.glob(f".{name}.tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    if final.exists() and not is_complete(final):
-        shutil.rmtree(final)  # damaged by hand; rebuild
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
-    try:
-        build_tiny_target(tmp, recipe=recipe)
+    if complete(final):
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(root / f".{name}.lock"):
+        if complete(final):  # another process finished while we waited
+            return final
+        # Only the lock holder builds, so any temp dir for this entry is a crashed build's.
+        for stale in root.glob(f".{name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        if final.exists():
+            shutil.rmtree(final)  # incomplete: damaged by hand, rebuild
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
         try:
-            os.rename(tmp, final)
-        except OSError:
-            if not is_complete(final):  # lost a rename race to an equal build: keep theirs
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            build(tmp)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if not complete(final):  # lost a rename race to an equal build: keep theirs
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 
@@ -133,13 +142,9 @@ def tiny_target_dir(
     """
     if recipe is None:
         recipe = TargetRecipe.make(seed=seed, num_layers=num_layers, train_steps=train_steps)
+    from sglang_eagle3.testing.tiny.target import build_tiny_target
+
     root = Path(root) if root is not None else cache_root()
-    name = entry_name(recipe)
-    final = root / name
-    if is_complete(final):
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    with FileLock(root / f".{name}.lock"):
-        if is_complete(final):  # another process finished while we waited
-            return final
-        return _build_into_place(recipe, root, name)
+    return cached_build(
+        root, entry_name(recipe), is_complete, lambda tmp: build_tiny_target(tmp, recipe=recipe)
+    )

@@ -12,15 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
-
-from filelock import FileLock
 
 from sglang_eagle3.testing.tiny import cache, corpus
 from sglang_eagle3.testing.tiny import tokenizer as tok_mod
@@ -154,24 +149,9 @@ def tiny_family_target(family: str, root: Path | str | None = None, seed: int = 
     """Path to the cached tiny ``family`` target, building it first (seconds) if needed."""
     root = Path(root) if root is not None else cache.cache_root()
     name = f"family-{family}-s{seed}-{family_key(family, seed)}"
-    final = root / name
-    if _complete(final):
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    with FileLock(root / f".{name}.lock"):
-        if _complete(final):  # another process built it while we waited
-            return final
-        for stale in root.glob(f".{name}.tmp-*"):  # only the lock holder builds
-            shutil.rmtree(stale, ignore_errors=True)
-        if final.exists():
-            shutil.rmtree(final)  # incomplete: damaged by hand, rebuild
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
-        try:
-            build_family_target(family, tmp, seed)
-            os.rename(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    return cache.cached_build(
+        root, name, _complete, lambda tmp: build_family_target(family, tmp, seed)
+    )
 
 
 def load_family_target(path: Path | str, *, attn_implementation: str | None = None):

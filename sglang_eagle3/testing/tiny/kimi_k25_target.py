@@ -13,13 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
-
-from filelock import FileLock
 
 from sglang_eagle3.testing.tiny import cache
 
@@ -114,24 +110,9 @@ def tiny_kimi_k25_target(root: Path | str | None = None) -> Path:
     source = cache.tiny_target_dir(train_steps=0, root=root)
     doc = {"source": source.name, "code": cache.source_fingerprint(Path(__file__))}
     key = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
-    name = f"kimi_k25-{key}"
-    final = root / name
-    if _complete(final):
-        return final
-    with FileLock(root / f".{name}.lock"):
-        if _complete(final):  # another process built it while we waited
-            return final
-        for stale in root.glob(f".{name}.tmp-*"):  # only the lock holder builds
-            shutil.rmtree(stale, ignore_errors=True)
-        if final.exists():
-            shutil.rmtree(final)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
-        try:
-            build_kimi_k25_target(source, tmp)
-            os.rename(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    return cache.cached_build(
+        root, f"kimi_k25-{key}", _complete, lambda tmp: build_kimi_k25_target(source, tmp)
+    )
 
 
 def load_hf_kimi_k25(path: Path | str):  # -> transformers Kimi_K25ForConditionalGeneration
