@@ -220,14 +220,18 @@ def test_a_server_killed_mid_run_fails_the_run_and_its_requests(server_factory, 
          "200", "--out", str(out), "--no-progress"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 300
-    while "#running-req: 8" not in srv.log():  # the 8-request batch is decoding
-        if time.monotonic() > deadline or bench_proc.poll() is not None:
+    try:
+        deadline = time.monotonic() + 300
+        while "#running-req: 8" not in srv.log():  # the 8-request batch is decoding
+            if time.monotonic() > deadline or bench_proc.poll() is not None:
+                pytest.fail("the batch never ran 8 requests at once:\n" + srv.log()[-2000:])
+            time.sleep(0.2)
+        srv.stop(signal.SIGKILL)
+        stdout, stderr = bench_proc.communicate(timeout=300)
+    finally:  # the bench process never outlives the test, pass or fail
+        if bench_proc.poll() is None:
             bench_proc.kill()
-            pytest.fail("the batch never ran 8 requests at once:\n" + srv.log()[-2000:])
-        time.sleep(0.2)
-    srv.stop(signal.SIGKILL)
-    stdout, stderr = bench_proc.communicate(timeout=300)
+            bench_proc.wait()
     assert bench_proc.returncode == 1, stdout[-2000:] + stderr[-2000:]
     assert "server died: victim" in stderr
     assert "NOT LOSSLESS" not in stderr  # a crash is not a correctness bug

@@ -49,11 +49,16 @@ def _gather(statements: list[str]) -> dict[int, tuple[str, object]]:
     for p in procs:
         p.start()
     results = {}
-    for _ in procs:
-        rank, kind, value = out.get(timeout=120)
-        results[rank] = (kind, value)
-    for p in procs:
-        p.join(timeout=60)
+    try:
+        for _ in procs:
+            rank, kind, value = out.get(timeout=120)
+            results[rank] = (kind, value)
+    finally:  # a rank stuck in the collective must not outlive the test
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+                p.join()
     return results
 
 
