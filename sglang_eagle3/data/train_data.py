@@ -19,6 +19,14 @@ metadata), which speculators ignores. Also read: a bare ``hidden_states/`` direc
 ``.pt`` files (older speculators and ad-hoc dumps: ``input_ids``/``token_ids``,
 ``hidden_states`` as a tensor or a list of per-tap tensors, optional ``loss_mask``).
 
+A file may also hold STACKED samples, as hand-written capture scripts save them:
+``hidden_states [num_samples, seq, num_taps, hidden]`` with ``input_ids [num_samples, seq]``
+(optional ``loss_mask``, ``attention_mask`` [num_samples, seq] and ``lengths`` [num_samples]
+trim each row; without them rows are read at full length). Such a file (safetensors, or .pt
+with allow_pickle) or a directory of them (``hs_*.safetensors`` or ``*.pt``) reads as one
+sample per row, numbered in file order; ``stacked`` describes the keys. One directory holds
+one layout: all files stacked, or all one sequence each.
+
 ``.pt`` files are loaded with ``torch.load(weights_only=True)``: tensors and plain containers
 only, never arbitrary objects. It is still a pickle parser, so reading one stays an opt-in.
 """
@@ -33,8 +41,15 @@ from pathlib import Path
 
 import torch
 
-from sglang_eagle3.checkpoint.draft_weights import open_safetensors
 from sglang_eagle3.data.arrow import HS_DIR, META_NAME, read_rows
+from sglang_eagle3.data.stacked import (
+    file_shapes,
+    is_pickle,
+    layout_rows,
+    safetensors_load,
+    stacked_rows,
+    torch_load,
+)
 from sglang_eagle3.data.writer import TrainDataWriter
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.layout.taps import Tap, format_taps, parse_taps
@@ -59,8 +74,10 @@ class Sample:
 @dataclass(frozen=True)
 class DataInfo:
     path: str
-    format: str  # "speculators-0.9", "hidden-states-dir", "torch-pickle"
-    num_samples: int
+    # "speculators-0.9", "hidden-states-dir", "torch-pickle", "stacked-safetensors",
+    # "stacked-torch-pickle"
+    format: str
+    num_samples: int  # sequences: files, or the rows of stacked files
     num_taps: int
     hidden_size: int
     dtype: str
@@ -87,6 +104,7 @@ class TrainData:
         if not self.path.exists():
             raise WiringError("data path does not exist", path=str(self.path))
         self._files, self.format = self._discover()
+        self._rows: list[int] | None = None  # rows per file when stacked
         self.info = self._info()
 
     def _discover(self) -> tuple[list[tuple[int, Path]], str]:
@@ -114,10 +132,14 @@ class TrainData:
         pts = sorted(p.glob("*.pt"))
         if pts:
             return [(i, self._pickle_ok(f)) for i, f in enumerate(pts)], "torch-pickle"
+        others = sorted(f.name for f in hs_dir.glob("*.safetensors"))
         raise WiringError(
-            f"no hidden-state files (hs_*.safetensors under {hs_dir}, or *.pt)",
+            f"no hidden-state files (hs_*.safetensors under {hs_dir}, or *.pt)"
+            + (f"; it holds {others}" if others else ""),
             path=str(p),
-            fix="point at the speculators data directory (the one holding hidden_states/)",
+            fix="name data files hs_0.safetensors, hs_1.safetensors, ... or pass one file"
+            if others
+            else "point at the speculators data directory (the one holding hidden_states/)",
         )
 
     def _pickle_ok(self, f: Path) -> Path:
@@ -129,26 +151,20 @@ class TrainData:
 
     def _info(self) -> DataInfo:
         first = self._files[0][1]
-        if self.format == "torch-pickle":
-            s = self._load(0, first, None)
-            shape, dtype, meta = tuple(s.hidden_states.shape), str(s.hidden_states.dtype), {}
-        else:
-            with open_safetensors(first) as handle:
-                names = sorted(handle.keys())
-                if "hidden_states" not in names or "token_ids" not in names:
-                    raise WiringError(
-                        f"holds {names}; expected hidden_states and token_ids",
-                        path=str(first),
-                        fix="point at data written by speculators generate-offline-data",
-                    )
-                stored = handle.get_slice("hidden_states")
-                dtype, shape = stored.get_dtype(), tuple(stored.get_shape())
-                meta = _file_meta(handle.metadata())
-        if len(shape) != 3:
-            raise WiringError(
-                f"hidden_states has shape {list(shape)}; expected [seq, num_taps, hidden]",
-                path=str(first),
-            )
+        shapes, dtype, meta = file_shapes(first)
+        rows = layout_rows(shapes, str(first))
+        shape = shapes["hidden_states"]
+        if rows is not None:
+            if self.format == "speculators-0.9":
+                raise WiringError(
+                    f"is stacked ({rows} samples) but speculators 0.9 stores one Arrow row "
+                    "per hs_{row}.safetensors",
+                    path=str(first),
+                    fix="point at the stacked file itself, or regenerate the directory",
+                )
+            self._rows = [rows] + [self._count(f) for _, f in self._files[1:]]
+            self.format = "stacked-" + ("torch-pickle" if is_pickle(first) else "safetensors")
+            shape = shape[1:]
         side = self.path / META_NAME if self.path.is_dir() else self.path.parent / META_NAME
         if side.is_file():
             try:
@@ -165,7 +181,7 @@ class TrainData:
         return DataInfo(
             path=str(self.path),
             format=self.format,
-            num_samples=len(self._files),
+            num_samples=len(self),
             num_taps=shape[1],
             hidden_size=shape[2],
             dtype=str(dtype),
@@ -174,10 +190,23 @@ class TrainData:
             taps_source=source,
         )
 
+    def _count(self, f: Path) -> int:
+        rows = layout_rows(file_shapes(f)[0], str(f))
+        if rows is None:
+            raise WiringError(
+                f"holds one sequence but {self._files[0][1].name} is stacked",
+                path=str(f),
+                fix="keep one layout per directory",
+            )
+        return rows
+
     def __len__(self) -> int:
-        return len(self._files)
+        return len(self._files) if self._rows is None else sum(self._rows)
 
     def __iter__(self) -> Iterator[Sample]:
+        if self._rows is not None:
+            yield from self._iter_stacked()
+            return
         if self.format != "speculators-0.9":
             for index, f in self._files:
                 yield self._load(index, f, None)
@@ -196,12 +225,25 @@ class TrainData:
                 )
             yield self._load(index, f, current[1:])
 
+    def _iter_stacked(self) -> Iterator[Sample]:
+        index = 0  # rows are numbered across files, in file order
+        for _, f in self._files:
+            for r, hs, ids, mask in stacked_rows(f):
+                try:
+                    self._check(hs, ids, mask, str(f))
+                except WiringError as err:  # name the row inside the file
+                    raise WiringError(
+                        f"row {r}: {err.message}", path=err.path, fix=err.fix
+                    ) from None
+                yield Sample(index, str(f), hs, ids.long(), mask.bool())
+                index += 1
+
     def _load(self, index: int, f: Path, row: tuple | None) -> Sample:
         where = str(f)
-        if self.format == "torch-pickle":
-            data = _torch_load(f)
+        if is_pickle(f):
+            data = torch_load(f)
         else:
-            data = _safetensors_load(f)
+            data = safetensors_load(f)
         hs = data.get("hidden_states")
         if isinstance(hs, (list, tuple)):  # older dumps: one [seq, hidden] tensor per tap
             hs = torch.stack(list(hs), dim=1)
@@ -229,14 +271,14 @@ class TrainData:
 
     def _check(self, hs: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor, where: str) -> None:
         info = getattr(self, "info", None)
-        if hs.ndim != 3 or ids.ndim != 1 or hs.shape[0] != ids.shape[0]:
+        shapes = {"hidden_states": hs.shape, "token_ids": ids.shape, "loss_mask": mask.shape}
+        if layout_rows(shapes, where) is not None:
             raise WiringError(
-                f"hidden_states {list(hs.shape)} and token ids {list(ids.shape)} do not "
-                "describe one sequence ([seq, num_taps, hidden] and [seq])",
+                f"is stacked ({hs.shape[0]} samples) but {self._files[0][1].name} holds one "
+                "sequence",
                 path=where,
+                fix="keep one layout per directory",
             )
-        if mask.shape != ids.shape:
-            raise WiringError(f"loss_mask {list(mask.shape)} vs ids {list(ids.shape)}", path=where)
         if info is not None and tuple(hs.shape[1:]) != (info.num_taps, info.hidden_size):
             raise WiringError(
                 f"stores {hs.shape[1]} taps x {hs.shape[2]}, the first file "
@@ -251,34 +293,3 @@ class TrainData:
 def _file_index(p: Path) -> int:
     m = _HS_RE.fullmatch(p.name)
     return int(m.group(1)) if m else 0
-
-
-def _file_meta(meta: dict[str, str] | None) -> dict:
-    """The writer's keys from a file's safetensors metadata ({} when absent or unreadable)."""
-    raw = (meta or {}).get("sglang_eagle3")
-    try:
-        return json.loads(raw) if raw else {}
-    except json.JSONDecodeError:
-        return {}
-
-
-def _safetensors_load(f: Path) -> dict:
-    with open_safetensors(f) as handle:
-        try:
-            return {name: handle.get_tensor(name) for name in handle.keys()}
-        except Exception as err:  # safetensors raises its own error types
-            raise WiringError(f"cannot read safetensors file ({err})", path=str(f)) from None
-
-
-def _torch_load(f: Path) -> dict:
-    try:  # weights_only: tensors and plain containers, never code from the file
-        data = torch.load(str(f), map_location="cpu", weights_only=True)
-    except Exception as err:  # pickle errors come in many types
-        raise WiringError(
-            f"cannot torch.load it with weights_only=True ({err})",
-            path=str(f),
-            fix="save only tensors, lists and dicts in it (or convert it to safetensors)",
-        ) from None
-    if not isinstance(data, dict):
-        raise WiringError(f"holds a {type(data).__name__}, expected a dict", path=str(f))
-    return data
