@@ -11,8 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 import pytest
-from sglang_checks import capture_vs_hf
+from sglang_checks import capture_vs_hf, nearest_hf_indices
 
+import sglang_eagle3
+from sglang_eagle3.layout.taps import Tap
 from sglang_eagle3.testing.tiny.random_draft import write_random_flat_draft
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
@@ -77,6 +79,10 @@ def test_plain_server_serves_and_plugin_loads_in_every_process(plain):
     assert len(loaded) >= 3, "launcher, scheduler and detokenizer each load the plugin"
     assert "hooks NOT in place" not in log
     assert log.count("hooks verified in place") == len(loaded)
+    # The route on a server with no declared layout: there, and it declares nothing.
+    route = plain.get("/sglang_eagle3/capture")
+    assert route["capture_only"] is False and route["layout"] is None, route
+    assert route["capture_order"] is None and route["family"] == "deepseek_v2", route
 
 
 def test_seed_style_ids_capture_declared_taps_and_stay_lossless(
@@ -127,15 +133,31 @@ def test_stock_sglang_crashes_on_seed_style_ids(server_factory, tiny_target, see
 
 
 def test_capture_only_mode_returns_the_declared_taps_exactly(server_factory, tiny_target, figures):
-    """SGLang's capture-only mode over HTTP against HF output_hidden_states, fp32."""
+    """SGLang's capture-only mode, started by the launcher, over HTTP against HF
+    output_hidden_states (fp32); the server's own route says the same order."""
     layout = "layer:5,embed,layer:2"  # not ascending: SGLang fills embed, layer:2, layer:5
     srv = server_factory(
         tiny_target,
-        FP32 + ["--attention-backend", "torch_native", "--enable-return-aux-hidden-states",
-                "--speculative-algorithm", "EAGLE3"],
-        name="capture-only", env={"SGLANG_EAGLE3_LAYOUT": layout},
+        ["--cpu", *FP32, "--attention-backend", "torch_native",
+         "--enable-return-aux-hidden-states", "--hidden-state-layout", layout],
+        name="capture-only", module="sglang_eagle3.launch",
     )  # fmt: skip
-    assert "capturing taps layer:5, embed, layer:2 (SGLang capture indices [0, 3, 6]" in srv.log()
+    log = srv.log()
+    said = "capture only: taps layer:5, embed, layer:2 returned in ascending capture order "
+    assert said + "embed, layer:2, layer:5" in log  # the launcher's wiring table
+    assert "--speculative-algorithm: unset -> EAGLE3" in log  # the launcher added it
+    assert "capturing taps layer:5, embed, layer:2 (SGLang capture indices [0, 3, 6]" in log
+    route = srv.get("/sglang_eagle3/capture")
+    assert route == {
+        "sglang_eagle3": sglang_eagle3.__version__, "sglang": sglang_eagle3.SGLANG_VERSION,
+        "capture_only": True, "layout": ["layer:5", "embed", "layer:2"],
+        "capture_order": ["embed", "layer:2", "layer:5"], "num_layers": 8, "hidden_size": 128,
+        "family": "deepseek_v2", "source": "$SGLANG_EAGLE3_LAYOUT",
+    }, route  # fmt: skip
+    # Which HF hidden state each returned column block is: the route's capture_order.
+    nearest = nearest_hf_indices(srv, tiny_target)
+    assert [hf for hf, _ in nearest] == [Tap.parse(t).hf_index for t in route["capture_order"]]
+    assert max(d for _, d in nearest) < 1e-4, nearest
     diff, shifted_diff = capture_vs_hf(srv, tiny_target, (0, 3, 6))  # embed, layer:2, layer:5
     figures.record("max |diff| capture-only taps vs HF hidden_states[0, 3, 6], fp32", diff)
     figures.record("max |diff| against the taps shifted by one (for contrast)", shifted_diff)

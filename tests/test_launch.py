@@ -157,6 +157,82 @@ def test_bad_input_exits_2_with_one_message_before_sglang(tmp_path, case, extra,
     assert "SGLANG_IMPORTED" not in out.stderr, "validation must happen before SGLang loads"
 
 
+CAPTURE = ["--enable-return-aux-hidden-states"]
+
+
+def config_target(directory: Path, architecture: str = "DeepseekV3ForCausalLM") -> Path:
+    return write_json(directory / "config.json", {
+        "architectures": [architecture], "num_hidden_layers": 8, "hidden_size": 16,
+    }).parent  # fmt: skip
+
+
+def test_capture_only_dry_run_plans_the_declared_taps_without_a_draft(tmp_path):
+    base = ["--dry-run", "--model-path", str(config_target(tmp_path / "t")), *CAPTURE,
+            "--hidden-state-layout", "layer:5,embed,layer:2"]  # fmt: skip
+    text = run_launch(base, tmp_path)
+    assert text.returncode == 0, text.stderr
+    said = "capture only: taps layer:5, embed, layer:2 returned in ascending capture order "
+    assert said + "embed, layer:2, layer:5" in text.stdout
+    assert "--speculative-algorithm: unset -> EAGLE3" in text.stdout
+    command = text.stdout.splitlines()[-1]
+    assert command.startswith("command SGLANG_EAGLE3_LAYOUT=layer:5,embed,layer:2 python -m ")
+    assert command.endswith("--enable-return-aux-hidden-states --speculative-algorithm EAGLE3")
+    out = run_launch(base + ["--json"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["capture_only"] is True and plan["draft"] is None and plan["speculative"] is None
+    assert plan["layout"] == ["layer:5", "embed", "layer:2"]
+    assert plan["capture_order"] == ["embed", "layer:2", "layer:5"]
+    assert plan["capture_indices"] == [0, 3, 6] and plan["hf_hidden_states_indices"] == [6, 0, 3]
+    assert plan["env"] == {"SGLANG_EAGLE3_LAYOUT": "layer:5,embed,layer:2"}
+    assert "SGLANG_IMPORTED" not in out.stderr
+    # An explicit EAGLE3 is kept as given, once, and nothing is reported as changed.
+    given = run_launch(base + ["--json", "--speculative-algorithm", "EAGLE3"], tmp_path)
+    plan = json.loads(given.stdout)
+    assert plan["sglang_argv"].count("--speculative-algorithm") == 1 and plan["changes"] == []
+
+
+def test_capture_only_last_layer_output_only_where_the_family_loop_reaches_it(tmp_path):
+    taps = ["--hidden-state-layout", "embed,layer:7"]  # layer:7 of 8: the last layer's output
+    gpt_oss = config_target(tmp_path / "gpt", "GptOssForCausalLM")
+    ok = run_launch(["--dry-run", "--json", "--model-path", str(gpt_oss), *CAPTURE, *taps],
+                    tmp_path)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["capture_indices"] == [0, 8]
+    deepseek = config_target(tmp_path / "ds")
+    out = run_launch(["--dry-run", "--model-path", str(deepseek), *CAPTURE, *taps], tmp_path)
+    assert out.returncode == 2 and "output of the last decoder layer" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize(
+    "case,extra,message",
+    [
+        ("no layout", [], "--enable-return-aux-hidden-states needs --hidden-state-layout"),
+        ("draft", ["--speculative-draft-model-path", "d"], "drop --speculative-draft-model-path"),
+        ("layer ids", ["--return-aux-hidden-state-layer-ids", "1", "2"],
+         "--hidden-state-layout replaces --return-aux-hidden-state-layer-ids"),
+        ("pipeline", ["--pp-size", "2"], "pipeline parallelism (2 stages)"),
+        ("dflash", ["--speculative-algorithm", "DFLASH"], "EAGLE-3 convention only"),
+        ("override", ["--override-draft-layout"], "--override-draft-layout reads a draft's"),
+        ("convention", ["--aux-layer-convention", "input-to-layer"], "serves no draft"),
+        ("bad tap", ["--hidden-state-layout", "embed,layer:9"], "does not exist in a 8-layer"),
+        ("unknown family", ["--arch", "FooForCausalLM"], "not in sglang-eagle3's table"),
+    ],
+)  # fmt: skip
+def test_capture_only_bad_input_exits_2_before_sglang(tmp_path, case, extra, message):
+    arch = "DeepseekV3ForCausalLM"
+    if "--arch" in extra:
+        arch, extra = extra[1], []
+    args = ["--model-path", str(config_target(tmp_path / "t", arch)), *CAPTURE]
+    if case not in ("no layout", "bad tap"):
+        args += ["--hidden-state-layout", "embed,layer:2"]
+    out = run_launch(args + extra, tmp_path)
+    assert out.returncode == 2, (case, out.stdout, out.stderr)
+    err = [line for line in out.stderr.splitlines() if line.strip()]
+    assert err[0].startswith("python -m sglang_eagle3.launch: error:") and message in err[0], err
+    assert "SGLANG_IMPORTED" not in out.stderr, "validation must happen before SGLang loads"
+
+
 def test_help_shows_ours_then_points_to_sglang(tmp_path):
     out = run_launch(["--help"], tmp_path)
     assert out.returncode == 0

@@ -1,7 +1,8 @@
 """The SGLang plugin: entry point `sglang_eagle3` in group `sglang.srt.plugins`.
 
 SGLang calls `register()` in every process it starts (launcher, scheduler of every TP rank,
-detokenizer). Hooks go through SGLang's HookRegistry. A hook that fails to apply only logs
+detokenizer). Hooks go through SGLang's HookRegistry; the main process also gets the
+`GET /sglang_eagle3/capture` route (hooks/capture_route.py). A hook that fails to apply only logs
 inside SGLang, so we apply them right away and check that each one is really in place.
 
 Fail closed: when a layout is declared, a hook that is not in place or an SGLang other than
@@ -91,6 +92,12 @@ def _apply_hooks(declared: str | None) -> None:
     from sglang_eagle3.hooks.drafter import HOOKS as DRAFT_HOOKS
 
     hooks = CAPTURE_HOOKS + DRAFT_HOOKS
+    # The HTTP server runs in SGLang's main process only; the schedulers and the detokenizer
+    # (spawned children) would import the whole HTTP stack for nothing.
+    if multiprocessing.parent_process() is None:
+        from sglang_eagle3.hooks.capture_route import HOOKS as ROUTE_HOOKS
+
+        hooks += ROUTE_HOOKS
     for target, hook, hook_type in hooks:
         HookRegistry.register(target, hook, hook_type)
     # Idempotent: SGLang calls it again after all plugins ran; targets already patched

@@ -35,7 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--hidden-state-layout",
         metavar="TAPS",
         help="the taps the drafter's fc was trained on, in order, e.g. embed,layer:2,layer:30 "
-        "(embed = embedding output; layer:K = output of decoder layer K, 0-indexed)",
+        "(embed = embedding output; layer:K = output of decoder layer K, 0-indexed); required "
+        "with --enable-return-aux-hidden-states (SGLang's capture-only mode: no draft, the "
+        "server returns these taps in ascending capture order)",
     )
     p.add_argument(
         "--override-draft-layout",

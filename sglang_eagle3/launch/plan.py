@@ -36,6 +36,7 @@ DRAFT_PATH = "--speculative-draft-model-path"
 WINDOW = "--speculative-draft-window-size"
 LAYOUT_FLAG = "--hidden-state-layout"
 PP_FLAGS = ("--pp-size", "--pipeline-parallel-size")  # SGLang's flag and its alias
+CAPTURE_FLAG = "--enable-return-aux-hidden-states"  # SGLang's capture-only mode
 EAGLE_ALGOS = ("EAGLE3",)
 
 
@@ -61,6 +62,7 @@ class LaunchPlan:
     changes: tuple[dict, ...] = ()
     notes: tuple[str, ...] = ()
     settings: tuple[Setting, ...] = ()  # each training-time setting, and how it is served
+    capture_order: tuple[str, ...] | None = None  # capture-only mode: taps in fill order
 
     def to_json(self) -> dict:
         flags = self.resolution.flags if self.resolution else None
@@ -74,9 +76,7 @@ class LaunchPlan:
             },
             "layout": list(self.capture.taps) if self.capture else None,
             "hf_hidden_states_indices": (
-                [d.layout.hf_indices()[i] for i in range(len(self.capture.taps))]
-                if self.capture and d and d.layout
-                else None
+                [t.hf_index for t in parse_taps(self.capture.taps)] if self.capture else None
             ),
             "capture_indices": list(self.capture.capture_indices) if self.capture else None,
             "fc_block_order": list(self.capture.fc_block_order) if self.capture else None,
@@ -112,6 +112,12 @@ class LaunchPlan:
             "notes": list(self.notes),
             "env": dict(self.env),
             "sglang_argv": list(self.sglang_argv),
+            # only capture-only plans carry these (the other plans' JSON stays as it was)
+            **(
+                {"capture_only": True, "capture_order": list(self.capture_order)}
+                if self.capture_order
+                else {}
+            ),
         }
 
 
@@ -131,9 +137,10 @@ def capture_plan_for(target: TargetInfo, spec: DraftSpec) -> CapturePlan:
     return plan_from_layout(spec.layout, where, final_layer=family.final_layer)
 
 
-def _check_layout_flag(value: str, target: TargetInfo) -> None:
+def layout_from_flag(value: str, target: TargetInfo) -> HiddenStateLayout:
+    """--hidden-state-layout on this target; its mistakes name the flag, not a config."""
     try:
-        HiddenStateLayout(parse_taps(value), target.num_layers, target.hidden_size)
+        return HiddenStateLayout(parse_taps(value), target.num_layers, target.hidden_size)
     except WiringError as err:
         example = ",".join(str(t) for t in example_layout(target.num_layers))
         raise WiringError(
@@ -148,6 +155,10 @@ def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
     if not model:
         raise WiringError("no --model-path given", path="command line", fix="add --model-path DIR")
     target = read_target(model)
+    if argv_has(argv, CAPTURE_FLAG):  # SGLang's capture-only mode: no draft, no speculation
+        from sglang_eagle3.launch.capture_mode import plan_capture_only  # it imports this module
+
+        return plan_capture_only(argv, opts, target)
     algo = (argv_get(argv, "--speculative-algorithm") or "").upper()
     if algo not in EAGLE_ALGOS:
         if opts.hidden_state_layout:
@@ -191,7 +202,7 @@ def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
             fix="add --hidden-state-layout TAPS (the taps the drafter was trained on)",
         )
     if opts.hidden_state_layout:  # its own mistakes name the flag, not the draft's config
-        _check_layout_flag(opts.hidden_state_layout, target)
+        layout_from_flag(opts.hidden_state_layout, target)
     spec = read_draft(
         draft_src,
         num_layers=target.num_layers,

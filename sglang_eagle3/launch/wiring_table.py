@@ -6,6 +6,7 @@ import shlex
 
 from sglang_eagle3.checkpoint.draft_settings import render as render_settings
 from sglang_eagle3.launch.plan import LaunchPlan
+from sglang_eagle3.layout.taps import Tap
 from sglang_eagle3.table import text_table
 
 IDS_NOTE = (
@@ -28,7 +29,9 @@ def render(plan: LaunchPlan) -> str:
         )
         if plan.converted_draft:
             lines.append(f"        served from {plan.converted_draft} (flat copy)")
-    if cap is not None and d is not None and d.layout is not None:
+    if cap is not None and plan.capture_order is not None:
+        lines += _capture_only_lines(plan)
+    elif cap is not None and d is not None and d.layout is not None:
         lines += [f"layout  from {cap.source}", f"        {IDS_NOTE}"]
         head = ["#", "tap", "HF hidden_states", "SGLang capture index", "fc block"]
         rows = [
@@ -66,6 +69,20 @@ def render(plan: LaunchPlan) -> str:
             lines.append(f"        {c['flag']}: {before} -> {c['to']}  ({c['why']})")
     lines += [f"note    {n}" for n in plan.notes]
     return "\n".join(lines)
+
+
+def _capture_only_lines(plan: LaunchPlan) -> list[str]:
+    """Each declared tap and where the server returns it: its block of the row."""
+    cap, h = plan.capture, plan.target.hidden_size
+    lines = [f"layout  from {cap.source} (capture only, no draft)", f"        {IDS_NOTE}"]
+    head = ["#", "tap", "HF hidden_states", "SGLang capture index", "returned block (columns)"]
+    rows = []
+    for j, tap in enumerate(cap.taps):
+        p = cap.fc_block_order[j]  # its position in SGLang's ascending fill order
+        hf = Tap.parse(tap).hf_index
+        block = f"{p} ({p * h}:{(p + 1) * h})"
+        rows.append([str(j), tap, str(hf), str(cap.capture_indices[p]), block])
+    return lines + text_table([head, *rows], indent="        ")
 
 
 def command_line(plan: LaunchPlan, python: str = "python") -> str:
