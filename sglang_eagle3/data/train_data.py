@@ -69,6 +69,10 @@ class Sample:
     hidden_states: torch.Tensor  # [seq, num_taps, hidden]
     input_ids: torch.Tensor  # [seq] int64, target ids
     loss_mask: torch.Tensor  # [seq] bool
+    # set by the doctor's own captures: truth[u] = the target's greedy token after u (-1:
+    # unknown), and the positions a server's walk covers (its generated continuation)
+    truth: torch.Tensor | None = None  # [seq] int64
+    walk_mask: torch.Tensor | None = None  # [seq] bool (None: loss_mask)
 
 
 @dataclass(frozen=True)

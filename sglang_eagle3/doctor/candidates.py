@@ -143,7 +143,7 @@ class DraftLayouts:
             raise ValueError("a served layout cannot both exist and crash")
 
 
-def _eagle_ids(draft_dir: Path) -> tuple[list[int] | None, bool]:
+def eagle_config_ids(draft_dir: Path) -> tuple[list[int] | None, bool]:
     """(eagle_config ids as SGLang reads them, is a speculators config)."""
     try:
         cfg = json.loads((draft_dir / "config.json").read_text(encoding="utf-8"))
@@ -180,7 +180,7 @@ def draft_layouts(
     except AmbiguousIdsError as err:
         spec = None
         notes.append(err.message)
-    ids, is_speculators = _eagle_ids(draft_dir)
+    ids, is_speculators = eagle_config_ids(draft_dir)
     if spec is None:
         for conv in (Convention.OUTPUT_OF_LAYER, Convention.INPUT_TO_LAYER):
             try:
@@ -232,8 +232,12 @@ def build_candidates(
     num_layers: int,
     *,
     search: bool = False,
+    positional: bool = True,
+    extra: Sequence[tuple[str, tuple[Tap, ...], str]] = (),
 ) -> list[Candidate]:
-    """Every layout worth scoring, de-duplicated; not-evaluable ones keep their reason."""
+    """Every layout worth scoring, de-duplicated; not-evaluable ones keep their reason.
+    ``positional``: also the layouts named by stored position (meaningful for training data,
+    not for taps the doctor captured itself); ``extra``: more (name, taps, source) layouts."""
     n, k = num_layers, lay.num_aux
     cands: list[Candidate] = []
 
@@ -251,7 +255,9 @@ def build_candidates(
     if base is not None:
         named("shifted +1 layer", _shift(base, 1, n), "every declared tap one layer later")
         named("shifted -1 layer", _shift(base, -1, n), "every declared tap one layer earlier")
-    for name, idx in stored_index_candidates(num_stored, k):
+    for name, taps, source in extra:
+        named(name, taps, source)
+    for name, idx in stored_index_candidates(num_stored, k) if positional else ():
         if stored is None:
             cands.append(Candidate(name, None, idx, ("stored position",)))
         else:

@@ -102,6 +102,17 @@ class Eagle3Draft:
             return draft_ids
         return self.hot_ids.to(draft_ids.device)[draft_ids]
 
+    def truth_logprob(self, logits: torch.Tensor, target_ids: torch.Tensor) -> torch.Tensor:
+        """logits [R, draft_vocab], target ids [R] -> [R] log p(target id) (NaN where the
+        draft vocabulary lacks the token: no layout can draft it)."""
+        logp = torch.log_softmax(logits.float(), -1)
+        if self.hot_ids is None:
+            return logp.gather(-1, target_ids[:, None].to(logp.device))[:, 0]
+        hot = self.hot_ids.to(logp.device)
+        match = hot[None, :] == target_ids[:, None].to(logp.device)  # [R, draft_vocab]
+        got = torch.where(match, logp, torch.full_like(logp, float("-inf"))).amax(-1)
+        return torch.where(match.any(-1), got, torch.full_like(got, float("nan")))
+
     def fc_input(self, taps: torch.Tensor) -> torch.Tensor:
         """taps: [T, num_aux * target_hidden] -> [T, hidden]."""
         c, w = self.config, self.w

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -32,6 +32,7 @@ class Result:
     correct: list[int] = field(default_factory=list)  # per step
     total: list[int] = field(default_factory=list)  # per step
     hits: list[torch.Tensor] = field(default_factory=list)  # step 1, per sample: [valid] bool
+    logp: list[torch.Tensor] = field(default_factory=list)  # step 1: log p(truth), like hits
     walk_verifies: int = 0  # replay of serving: verify steps taken along the samples
     walk_accepted: int = 0  # drafts those verify steps accepted
 
@@ -39,6 +40,18 @@ class Result:
         """Step-1 hit per scored position, in data order (the same positions for every
         candidate, so two candidates can be compared pairwise)."""
         return torch.cat(self.hits) if self.hits else torch.zeros(0, dtype=torch.bool)
+
+    def step1_logp(self) -> torch.Tensor:
+        """Step-1 log-probability of the target's token per scored position (chain only)."""
+        return torch.cat(self.logp) if self.logp else torch.zeros(0)
+
+    @property
+    def mean_logp(self) -> float | None:
+        """Mean step-1 log p(target's token): finer than top-1, since a wrong tap lowers the
+        draft's confidence well before it flips the argmax."""
+        lp = self.step1_logp()
+        lp = lp[torch.isfinite(lp)]
+        return float(lp.mean()) if lp.numel() else None
 
     def rates(self) -> list[float | None]:
         return [c / t if t else None for c, t in zip(self.correct, self.total, strict=True)]
@@ -76,6 +89,8 @@ def truth_tokens(
 ) -> torch.Tensor:
     """[seq] target ids: truth[u] = the target's token at position u+1 (-1: unknown)."""
     ids = sample.input_ids
+    if sample.truth is not None:
+        return sample.truth
     if head is not None:
         return head(sample.hidden_states[:, -1])  # verifier tap -> target's greedy token
     return torch.cat([ids[1:], ids.new_full((1,), -1)])
@@ -117,6 +132,8 @@ def score_sample(
         result.correct[step] += int((valid & hit).sum())
         if step == 0:
             result.hits.append(hit[valid])
+            lp = draft.truth_logprob(out.logits[valid.to(out.logits.device)], truth_k[valid])
+            result.logp.append(lp.cpu())
             first[out.rows.cpu()[valid]] = True
         depth[out.rows.cpu()[valid & hit]] += 1
         # go on only where this guess was right and is the data's next token, so the next
@@ -125,7 +142,7 @@ def score_sample(
         return valid & hit & (pred == data_next)
 
     draft.forward(_fc_taps(draft, sample, indices), ids[1:], steps=steps, keep=keep)
-    verifies, accepted = serving_walk(first.tolist(), depth.tolist())
+    verifies, accepted = serving_walk(_walked(first, sample).tolist(), depth.tolist())
     result.walk_verifies += verifies
     result.walk_accepted += accepted
 
@@ -148,9 +165,16 @@ def _score_tree_sample(draft, sample, indices, truth, steps, result, tree) -> No
         result.correct[d] += c
         result.total[d] += t
     result.hits.append(got.hit1[got.first])
-    verifies, accepted = serving_walk(got.first.tolist(), got.depth.tolist())
+    verifies, accepted = serving_walk(_walked(got.first, sample).tolist(), got.depth.tolist())
     result.walk_verifies += verifies
     result.walk_accepted += accepted
+
+
+def _walked(first: torch.Tensor, sample: Sample) -> torch.Tensor:
+    """Rows whose verify a server's walk meets: [seq - 1] bool (row t's truth index is t+1)."""
+    if sample.walk_mask is None:
+        return first
+    return first & sample.walk_mask[1 : first.shape[0] + 1]
 
 
 def serving_walk(scored: Sequence[bool], depth: Sequence[int]) -> tuple[int, int]:
@@ -167,6 +191,18 @@ def serving_walk(scored: Sequence[bool], depth: Sequence[int]) -> tuple[int, int
         accepted += int(depth[t])
         t += int(depth[t]) + 1
     return verifies, accepted
+
+
+def _head(sample: Sample, keep: int) -> Sample:
+    """The first ``keep`` positions of a sample."""
+    cut = {k: getattr(sample, k) for k in ("truth", "walk_mask")}
+    return replace(
+        sample,
+        hidden_states=sample.hidden_states[:keep],
+        input_ids=sample.input_ids[:keep],
+        loss_mask=sample.loss_mask[:keep],
+        **{k: None if v is None else v[:keep] for k, v in cut.items()},
+    )
 
 
 def evaluate(
@@ -195,13 +231,7 @@ def evaluate(
             if used >= max_tokens:
                 break
             keep = min(sample.input_ids.shape[0], max_tokens - used + 1)
-            sample = Sample(
-                sample.index,
-                sample.path,
-                sample.hidden_states[:keep],
-                sample.input_ids[:keep],
-                sample.loss_mask[:keep],
-            )
+            sample = _head(sample, keep)
             truth = truth_tokens(sample, head)
             for cand, res in live:
                 score_sample(draft, sample, cand.indices or (), truth, steps, res, tree)
@@ -218,3 +248,15 @@ def paired_z(better: Result, worse: Result) -> float:
         return 0.0
     only_a, only_b = int((a & ~b).sum()), int((b & ~a).sum())
     return (only_a - only_b) / max(1.0, (only_a + only_b) ** 0.5)
+
+
+def paired_logp_z(better: Result, worse: Result) -> float:
+    """Paired z of the step-1 log-probability gain of ``better`` over ``worse`` on the same
+    positions: mean difference / its standard error (0 when not comparable)."""
+    a, b = better.step1_logp(), worse.step1_logp()
+    if a.shape != b.shape or a.numel() < 2:
+        return 0.0
+    d = (a - b)[torch.isfinite(a) & torch.isfinite(b)].double()
+    if d.numel() < 2:
+        return 0.0
+    return float(d.mean() / max(float(d.std()) / d.numel() ** 0.5, 1e-12))

@@ -37,6 +37,8 @@ class Report:
     target_check: dict[str, Any] | None
     notes: list[str] = field(default_factory=list)
     settings: list[dict[str, Any]] = field(default_factory=list)  # draft_settings rows
+    source: dict[str, Any] = field(default_factory=dict)  # where the hidden states came from
+    search: dict[str, Any] | None = None  # --search: the winner, as launch flags
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,10 +56,13 @@ class Report:
             "target_check": self.target_check,
             "notes": self.notes,
             "settings": self.settings,
+            "source": self.source,
+            "search": self.search,
         }
 
     def render(self) -> str:
-        lines = [
+        lines = [f"source: {self.source['text']}"] if self.source.get("text") else []
+        lines += [
             f"data: {self.data['path']} ({self.data['format']}, {self.data['num_taps']} taps "
             f"x {self.data['hidden_size']}; stored taps: {self.data['stored_taps_text']})",
             f"declared: {self.declared['text']}",
@@ -109,6 +114,8 @@ class Report:
                 for st in self.settings
             ]
         lines += [f"note: {n}" for n in self.notes]
+        if self.search is not None:
+            lines.append(f"search: {self.search['text']}")
         lines.append(f"verdict: {self.verdict.upper()}: {self.reason}")
         return "\n".join(lines)
 

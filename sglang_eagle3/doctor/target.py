@@ -92,7 +92,7 @@ class TargetCheck:
         }
 
 
-def _load_hf(target_dir: Path, cfg: dict):
+def load_hf(target_dir: Path, cfg: dict):
     if cfg.get("model_type") == "deepseek_v3":
         from sglang_eagle3.checkpoint.hf_target import load_hf_target
 
@@ -120,7 +120,7 @@ def check_target(
     if size > MAX_HF_CHECK_BYTES:
         note = f"target weights are {size / 1e9:.1f} GB: not run on CPU (verifier tap unchecked)"
         return TargetCheck(0, None, None, (note,))
-    model = _load_hf(target_dir, cfg)
+    model = load_hf(target_dir, cfg)
     captured: list[torch.Tensor] = []
     hook = model.model.norm.register_forward_hook(lambda m, i, o: captured.append(i[0]))
     agree = total = 0

@@ -1,0 +1,98 @@
+"""The doctor without training data: the evidence is captured from the target itself.
+
+The taps captured are the union of the candidates' taps (``data_free.needed_taps``), so a
+Kimi-class target over HTTP moves ``hidden x taps x 4`` bytes of JSON floats per token for
+the few taps the candidates name, not for every layer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sglang_eagle3.checkpoint.prestart import prestart_check
+from sglang_eagle3.data.prompts import PromptFileError, read_prompts
+from sglang_eagle3.doctor.candidates import build_candidates, draft_layouts, eagle_config_ids
+from sglang_eagle3.doctor.data_free import needed_taps, plausible_layouts, search_range
+from sglang_eagle3.doctor.options import DoctorOptions
+from sglang_eagle3.doctor.prompts import BUILT_IN
+from sglang_eagle3.errors import WiringError
+from sglang_eagle3.layout.taps import format_taps
+
+
+def _prompts(opts: DoctorOptions) -> list[str]:
+    if opts.prompts is None:
+        return list(BUILT_IN)
+    try:
+        return read_prompts(opts.prompts)
+    except PromptFileError as err:
+        where = err.path if err.line is None else f"{err.path}, line {err.line}"
+        raise WiringError(err.reason, path=where, fix='one {"text": "..."} object a line') from None
+
+
+def captured_evidence(opts: DoctorOptions):
+    from sglang_eagle3.doctor.run import Evidence, _num_layers, target_family
+    from sglang_eagle3.doctor.target import target_config
+
+    prompts = _prompts(opts)  # a bad prompts file fails before any model is loaded
+    client = state = None
+    if opts.server is not None:
+        from sglang_eagle3.doctor.server_capture import ServerClient, server_capture_state
+
+        client = ServerClient(opts.server, timeout=opts.request_timeout)
+        state = server_capture_state(client)
+        num_layers, hidden = int(state["num_layers"]), int(state["hidden_size"])
+        family = _server_family(state)
+        if opts.target is not None:
+            cfg = target_config(opts.target)
+            if (cfg["num_hidden_layers"], cfg["hidden_size"]) != (num_layers, hidden):
+                raise WiringError(
+                    f"the server's target has {num_layers} layers x {hidden}, --target "
+                    f"{cfg['num_hidden_layers']} x {cfg['hidden_size']}",
+                    path="--server",
+                    fix="point --target and --server at the same model (or drop --target)",
+                )
+    else:
+        cfg = target_config(opts.target)
+        num_layers, hidden = _num_layers(opts, None, cfg), cfg["hidden_size"]
+        family = target_family(opts.target)
+    n = num_layers
+    lay = draft_layouts(opts.draft, num_layers=n, target_hidden_size=hidden,
+                        served_by=opts.served_by, family=family)  # fmt: skip
+    prestart_check(opts.draft, opts.target)
+    plausible = plausible_layouts(eagle_config_ids(Path(opts.draft))[0], lay.num_aux, n)
+    extra = plausible if opts.search else []
+    wide = opts.search or lay.declared is None  # every K-subset of a small range is scored
+    search_taps = search_range(plausible, lay.num_aux, n) if wide else ()
+    taps = needed_taps(lay, n, extra=extra, search_taps=search_taps)
+    common = dict(max_new_tokens=opts.max_new_tokens, max_tokens=opts.max_tokens,
+                  progress=opts.progress)  # fmt: skip
+    if client is not None:
+        from sglang_eagle3.doctor.server_capture import capture_from_server
+
+        data = capture_from_server(client, state, prompts, taps,
+                                   time_limit=opts.server_time_limit, **common)  # fmt: skip
+    else:
+        from sglang_eagle3.doctor.target_capture import capture_in_process
+
+        data = capture_in_process(opts.target, prompts, taps, num_layers=n, **common)
+    cands = build_candidates(lay, taps, len(taps), n, search=opts.search, positional=False,
+                             extra=extra)  # fmt: skip
+    source = dict(data.source)
+    source["prompts_file"] = opts.prompts or "built-in set"
+    source["captured_taps"] = [str(t) for t in taps]
+    source["text"] = (
+        f"{source['kind']}: {source['engine']}; {source['prompts']} prompts "
+        f"({source['prompts_file']}), their greedy continuations ({opts.max_new_tokens} new "
+        f"tokens at most), {source['scored_tokens']} tokens scored; taps captured: "
+        f"{format_taps(taps)}"
+    )
+    return Evidence(data, n, lay, family, taps, "captured by the doctor", cands, source,
+                    uses_head=False)  # fmt: skip
+
+
+def _server_family(state: dict):
+    """The server's family row, by name (None: not in the table)."""
+    from sglang_eagle3.layout.families import FAMILIES
+
+    name = state.get("family")
+    return next((f for f in FAMILIES if f.name == name), None)
