@@ -26,7 +26,7 @@ SEED_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3
 def kimi_k25_target(directory: Path) -> Path:
     """A config-only Kimi-K2.5-shaped target: 61 DeepSeek-V3 layers, hidden 7168."""
     text = {"architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 61,
-            "hidden_size": 7168, "vocab_size": 163840}  # fmt: skip
+            "hidden_size": 7168}  # fmt: skip
     return write_json(directory / "config.json", {
         "architectures": ["KimiK25ForConditionalGeneration"], "text_config": text,
     }).parent  # fmt: skip

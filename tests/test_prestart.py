@@ -59,10 +59,12 @@ def target_dir(root: Path, *, vocab: int | None = None, weights: Spec | None = N
     return d
 
 
-def draft_dir(root: Path, **changes: Any) -> Path:
-    """A flat draft (vocab 64, draft vocab 32, ids [-1, 2, 5]); ``changes``: tensor -> spec
-    (None drops it)."""
-    d = write_json(root / "D" / "config.json", flat_config(hidden=H, ids=[-1, 2, 5])).parent
+def draft_dir(root: Path, cfg: dict[str, Any] | None = None, **changes: Any) -> Path:
+    """A flat draft (vocab 64, draft vocab 32, ids [-1, 2, 5]); ``cfg``: config keys changed
+    (None drops one); ``changes``: tensor -> spec (None drops it)."""
+    config = flat_config(hidden=H, ids=[-1, 2, 5], extra=cfg)
+    d = write_json(root / "D" / "config.json", {k: v for k, v in config.items() if v is not None})
+    d = d.parent
     tensors: Spec = dict(eagle_tensors(draft_hidden=H, fc_in=3 * H))
     for name, spec in changes.items():
         if spec is None:
@@ -190,6 +192,8 @@ def test_d2t_values_out_of_range(tmp_path, capsys):
     d = draft_dir(tmp_path / "x", d2t=("I64", [32], i64(fine)))
     code, _, err = launch(capsys, target_dir(tmp_path / "t64", vocab=64), d, tmp_path)
     assert code == 0, err
+    d = draft_dir(tmp_path / "y", {"vocab_size": 40}, d2t=("I64", [32], i64(fine)),
+                  t2d=("BOOL", [40]))  # fmt: skip
     refused(
         capsys,
         target_dir(tmp_path / "t40", vocab=40),
@@ -222,6 +226,57 @@ def test_lm_head_rows_that_do_not_match_the_draft_vocab(tmp_path, capsys):
     d = draft_dir(tmp_path, **{"lm_head.weight": ("F16", [30, H])})
     refused(capsys, target_dir(tmp_path), d, tmp_path, "lm_head.weight has 30 rows",
             "the draft vocab is 32")  # fmt: skip
+
+
+def test_a_draft_trained_on_another_vocab(tmp_path, capsys):
+    d = draft_dir(tmp_path)  # vocab_size 64
+    t = target_dir(tmp_path, vocab=100)
+    refused(capsys, t, d, tmp_path, str(d / "config.json"), str(t / "config.json"),
+            "trained on a 64-token vocab (vocab_size), the target has 100",
+            "Fix: use a draft trained for this target")  # fmt: skip
+    with pytest.raises(WiringError, match="the target has 100"):  # the doctor's gate too
+        prestart_check(d, t)
+    code, _, err = launch(capsys, target_dir(tmp_path / "same", vocab=64), d, tmp_path)
+    assert code == 0, err
+
+
+def test_a_reduced_draft_vocab_without_its_lm_head(tmp_path, capsys):
+    d = draft_dir(tmp_path, **{"lm_head.weight": None})  # draft_vocab_size 32 of 64
+    err = refused(capsys, target_dir(tmp_path), d, tmp_path, str(d / "model.safetensors"),
+                  "draft_vocab_size is 32 but the weights hold no lm_head.weight",
+                  "builds a 32-row draft head and fills it only from these weights",
+                  "Fix: use the draft's full checkpoint (with its lm_head.weight)")  # fmt: skip
+    assert "drop draft_vocab_size" not in err  # a reduced vocab needs its own head
+
+
+def test_an_explicit_full_draft_vocab_without_lm_head(tmp_path, capsys):
+    """SGLang takes the target's head only when draft_vocab_size is unset."""
+    full = {"d2t": None, "t2d": None, "lm_head.weight": None}
+    d = draft_dir(tmp_path, {"draft_vocab_size": 64}, **full)
+    refused(capsys, target_dir(tmp_path), d, tmp_path, "draft_vocab_size is 64",
+            "or drop draft_vocab_size from config.json")  # fmt: skip
+    tied = {"draft_vocab_size": 64, "tie_word_embeddings": True}
+    for i, ok in enumerate([{"draft_vocab_size": None}, tied]):
+        d = draft_dir(tmp_path / str(i), ok, **full)
+        code, _, err = launch(capsys, target_dir(tmp_path), d, tmp_path)
+        assert code == 0, err  # the target's head, or the (target's) embedding
+
+
+def test_a_speculators_draft_without_lm_head(tmp_path):
+    """Its flat copy always sets draft_vocab_size, so SGLang never takes the target's head."""
+    d = write_json(tmp_path / "S" / "config.json", {
+        "speculators_model_type": "eagle3", "draft_vocab_size": 64,
+        "transformer_layer_config": {"model_type": "llama", "hidden_size": H, "vocab_size": 64,
+                                     "num_attention_heads": 2, "num_key_value_heads": 2},
+        "eagle_aux_hidden_state_layer_ids": [0, 3, 6], "target_hidden_size": H,
+    }).parent  # fmt: skip
+    tensors = dict(eagle_tensors(draft_hidden=H, fc_in=3 * H))
+    for name in ("d2t", "t2d", "lm_head.weight"):
+        tensors.pop(name)
+    write_st(d / "model.safetensors", tensors)
+    with pytest.raises(WiringError, match="draft_vocab_size is 64 but") as err:
+        prestart_check(d, target_dir(tmp_path))
+    assert "drop draft_vocab_size" not in str(err.value)
 
 
 def test_draft_offsets_that_do_not_match_the_shapes(tmp_path, capsys):

@@ -12,6 +12,9 @@ the few bytes of ``d2t``). One module, so both tools refuse the same inputs with
   be a target id (a bad one is an IndexError on the first request). A smaller draft vocab
   without ``d2t`` is served silently as if draft ids were target ids. ``t2d`` (one flag per
   target id) is not read by SGLang but must match the vocab the draft says it was trained on.
+- The draft's config ``vocab_size`` is the target's (else it was trained on other token ids).
+- With ``draft_vocab_size`` set and untied embeddings, SGLang's ``LlamaForCausalLMEagle3``
+  fills the draft's ``lm_head`` only from the draft's weights: they must hold it.
 
 A target or draft without weight files (a config-only dry run, planned before the weights are
 downloaded) has nothing to check here; the readers say what they need of it.
@@ -258,19 +261,28 @@ def prestart_check(draft_dir: str | Path, target_dir: str | Path | None = None) 
     """Refuse a target or draft that cannot be served (module docstring), before anything
     starts. ``target_dir``: None when the caller has no target (the doctor without --target);
     the draft config's own vocab_size stands in for the target's then."""
-    target_vocab = None
+    target_vocab, target_where = None, ""
     if target_dir is not None:
         checked_tensors(target_dir)
         target_vocab = target_vocab_size(target_dir)
+        target_where = str(Path(target_dir) / "config.json")
     draft_dir = Path(draft_dir)
     where = str(draft_dir / "config.json")
     cfg = read_draft_config_json(draft_dir)
-    f = load_draft_file(cfg, where, speculators="speculators_model_type" in cfg)
+    speculators = "speculators_model_type" in cfg
+    f = load_draft_file(cfg, where, speculators=speculators)
     tensors = checked_tensors(draft_dir)
     trained = f.layer.vocab_size
     source = "the target's config.json vocab_size"
     if target_vocab is None:
         target_vocab, source = trained, "the draft config's vocab_size"
+    elif trained is not None and trained != target_vocab:
+        raise WiringError(
+            f"the draft was trained on a {trained}-token vocab (vocab_size), the target has "
+            f"{target_vocab} ({target_where}): its token ids are another tokenizer's",
+            path=where,
+            fix="use a draft trained for this target (same tokenizer and vocab_size)",
+        )
     draft_vocab = f.draft_vocab_size or trained  # SGLang: draft_vocab_size or vocab_size
     d2t = tensors.get("d2t")
     # the values only when the length is right: a wrong length says enough on its own
@@ -287,4 +299,22 @@ def prestart_check(draft_dir: str | Path, target_dir: str | Path | None = None) 
         lm_head_rows=head[1].shape[0] if head is not None and head[1].shape else None,
     )
     files = {str(h.path) for h, _ in tensors.values()}
-    check_vocab_maps(maps, path=files.pop() if len(files) == 1 else str(draft_dir))
+    path = files.pop() if len(files) == 1 else str(draft_dir)
+    # draft_vocab_size set (always, in a speculators draft's flat copy): SGLang fills a fresh
+    # draft head from these weights alone; tied, the head is the embedding
+    layer = cfg.get("transformer_layer_config") if speculators else cfg
+    tied = isinstance(layer, dict) and bool(layer.get("tie_word_embeddings"))
+    explicit = draft_vocab is not None and (f.draft_vocab_size or speculators)
+    if tensors and head is None and not tied and explicit:
+        needs_own = speculators or (trained is not None and draft_vocab < trained)
+        raise WiringError(
+            f"draft_vocab_size is {draft_vocab} but the weights hold no lm_head.weight: SGLang "
+            f"then builds a {draft_vocab}-row draft head and fills it only from these weights "
+            "(with the target's head only when draft_vocab_size is unset), so it would draft "
+            "from unfilled rows",
+            path=path,
+            fix="use the draft's full checkpoint (with its lm_head.weight)"
+            + ("" if needs_own else ", or drop draft_vocab_size from config.json (then SGLang "
+               "takes the target's head)"),
+        )  # fmt: skip
+    check_vocab_maps(maps, path=path)

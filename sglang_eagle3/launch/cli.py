@@ -112,10 +112,6 @@ def main(argv: list[str] | None = None) -> int:
             "`python -m sglang.launch_server --help` for those."
         )
         return 0
-    if args.cpu:
-        from sglang_eagle3.launch.server_process import with_cpu_defaults
-
-        rest = with_cpu_defaults(rest)
     opts = LaunchOptions(
         args.hidden_state_layout,
         args.aux_layer_convention,
@@ -124,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         rest = canonical_argv(rest)  # what SGLang's own parser will make of it
+        if args.cpu:  # after --config is merged, so a file's value is not a default to fill
+            from sglang_eagle3.launch.server_process import with_cpu_defaults
+
+            rest = with_cpu_defaults(rest)
         plan = plan_launch(rest, opts)
         if args.json:
             out = plan.to_json()

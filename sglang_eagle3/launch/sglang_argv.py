@@ -4,8 +4,10 @@ The launcher validates flags by name (`--speculative-num-steps`, ...), but SGLan
 also takes unique prefixes (`--speculative-algo`), aliases (`--speculative-draft-model`) and
 repeated flags (the last one wins). Each recognised option is rewritten to its canonical
 name, so what the launcher checks is what SGLang runs; a destination given twice with
-different values is an error. The option table, `sglang_options.json`, is SGLang's own
-parser dumped (`tests/scripts/sglang_options.py`; a test keeps it equal).
+different values is an error. A `--config FILE` is merged here as SGLang merges it
+(sglang_config_file.py), and SGLang gets the merged flags instead of the file. The option
+table, `sglang_options.json`, is SGLang's own parser dumped (`tests/scripts/sglang_options.py`;
+a test keeps it equal).
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_eagle3.errors import WiringError
+from sglang_eagle3.launch.sglang_config_file import config_args, find_config, load_config
 
 TABLE = Path(__file__).with_name("sglang_options.json")
 _NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse reads these as values, not options
@@ -44,7 +48,7 @@ def _options() -> dict[str, Option]:
     return out
 
 
-def _lookup(name: str) -> tuple[str, Option] | None:
+def _lookup(name: str, where: str = "command line") -> tuple[str, Option] | None:
     """(option string, its option) as argparse resolves ``name``: exact, else the one long
     option it is a unique prefix of; None when it is no option of SGLang's."""
     table = _options()
@@ -57,13 +61,13 @@ def _lookup(name: str) -> tuple[str, Option] | None:
         raise WiringError(
             f"{name} is ambiguous: it could be {', '.join(hits[:6])}"
             + (f" and {len(hits) - 6} more" if len(hits) > 6 else ""),
-            path="command line",
+            path=where,
             fix="write the option's full name",
         )
     return (hits[0], table[hits[0]]) if hits else None
 
 
-def _takes(nargs: str, rest: list[str]) -> int:
+def _takes(nargs: str, rest: Sequence[str]) -> int:
     """How many of the following tokens are this option's values."""
     if nargs == "0":
         return 0
@@ -77,42 +81,115 @@ def _takes(nargs: str, rest: list[str]) -> int:
     return values
 
 
-def canonical_argv(argv: list[str]) -> list[str]:
-    """``argv`` with every SGLang option under its canonical name (values untouched), or a
-    WiringError for a destination given twice with different values, an ambiguous prefix,
-    or `--config` (its file is merged by SGLang at start, out of the launcher's sight)."""
-    out: list[str] = []
-    seen: dict[str, tuple[str, tuple[str, ...]]] = {}
+@dataclass(frozen=True)
+class _Flag:
+    """One option with its values as argparse reads them, or a token no option takes."""
+
+    opt: Option | None
+    said: str  # as written, for messages
+    key: tuple[str, ...]  # what it sets: an equal repeat is harmless
+    tokens: tuple[str, ...]  # under the canonical name
+    start: int
+
+
+def _flags(argv: Sequence[str], where: str = "command line") -> list[_Flag]:
+    out: list[_Flag] = []
     i = 0
     while i < len(argv):
         tok = argv[i]
         name, eq, inline = tok.partition("=")
-        found = _lookup(name) if tok.startswith("-") and not _NUMBER.match(tok) else None
+        found = _lookup(name, where) if tok.startswith("-") and not _NUMBER.match(tok) else None
         if found is None:  # a value, or an option SGLang will reject itself
-            out.append(tok)
+            out.append(_Flag(None, tok, (), (tok,), i))
             i += 1
             continue
         written, opt = found
-        if opt.dest == "config":
-            raise WiringError(
-                f"{tok}: SGLang merges a config file into its flags at start, after the "
-                "launcher has checked them",
-                path="command line",
-                fix="write the file's flags on the command line instead",
-            )
         n = 0 if eq else _takes(opt.nargs, argv[i + 1 :])
         values = (inline,) if eq else tuple(argv[i + 1 : i + 1 + n])
         key = (written,) + values if opt.negatable else values
-        said = f"{tok} {' '.join(values)}".strip() if not eq else tok
-        if opt.dest in seen and seen[opt.dest][1] != key:
+        said = tok if eq else f"{tok} {' '.join(values)}".strip()
+        head = written if opt.negatable else opt.canonical
+        out.append(_Flag(opt, said, key, (f"{head}={inline}",) if eq else (head, *values), i))
+        i += 1 + n
+    return out
+
+
+def _check_key(key: str, tokens: list[str], path: str) -> None:
+    """Refuse a config key whose flags SGLang's parser would stop on or silently ignore."""
+    if not tokens:  # false on a store_true option, an empty list: SGLang adds nothing
+        return
+    first, *rest = _flags(tokens, path)
+    if first.opt is None:
+        dashed = key.replace("_", "-")
+        fix = "remove it (the launcher's own options go on the command line)"
+        if dashed != key and _lookup(f"--{dashed}", path):
+            fix = f"write the key with dashes, {dashed}: SGLang's parser knows no underscores"
+        raise WiringError(f"config key {key!r} is no option of SGLang's: it would stop on "
+                          f"{tokens[0]}", path=path, fix=fix)  # fmt: skip
+    name = first.opt.canonical
+    if first.opt.dest == "config":
+        raise WiringError(
+            f"config key {key!r} names another config file; SGLang reads one and would "
+            "ignore this one",
+            path=path,
+            fix="copy that file's keys into this one",
+        )
+    if not rest:
+        return
+    left = " ".join(t for f in rest for t in f.tokens)
+    if first.opt.nargs == "0":
+        msg, fix = f"{name} takes no value", f"write `{name[2:]}: true` (the option's full name)"
+    elif rest[0].opt is not None or tokens[1].startswith("-"):
+        msg, fix = f"{left!r} reads as an option, not as {name}'s value", (
+            f"give {name}={tokens[1]} on the command line")  # fmt: skip
+    else:
+        msg, fix = f"{name} takes one value, the key gives {len(tokens) - 1}", "give one value"
+    raise WiringError(f"config key {key!r}: {msg}, so SGLang's parser would stop on {left!r}",
+                      path=path, fix=fix)  # fmt: skip
+
+
+def _config_tokens(path: str) -> list[str]:
+    options = tuple(dict.fromkeys(_options().values()))
+    out: list[str] = []
+    for key, tokens in config_args(load_config(path), options, path):
+        _check_key(key, tokens, path)
+        out.extend(tokens)
+    return out
+
+
+def canonical_argv(argv: list[str]) -> list[str]:
+    """``argv`` with every SGLang option under its canonical name (values untouched) and a
+    `--config FILE` replaced by the file's flags (those the command line sets again dropped:
+    SGLang puts the file first, so the command line wins); a WiringError for a destination
+    given twice with different values in one place, an ambiguous prefix, or a config file
+    SGLang would refuse or ignore."""
+    path, cli = find_config(argv)
+    pre = _config_tokens(path) if path is not None else []
+    flags = _flags([*pre, *cli])
+    seen: dict[tuple[bool, str], _Flag] = {}
+    for f in flags:
+        if f.opt is None:
+            continue
+        in_file, dest = f.start < len(pre), f.opt.dest
+        if dest == "config":  # the bare `--config` was taken out above
             raise WiringError(
-                f"{seen[opt.dest][0]} and {said} both set {opt.dest}; SGLang would take the "
-                "last one",
+                f"{f.said}: SGLang reads a config file only after a bare `--config`; "
+                "written this way it would ignore the file",
                 path="command line",
+                fix="write --config FILE (two words)",
+            )
+        prev = seen.get((in_file, dest))
+        if prev is not None and prev.key != f.key:
+            raise WiringError(
+                f"{prev.said} and {f.said} both set {dest}; SGLang would take the last one",
+                path=path if in_file else "command line",
                 fix="give the option once",
             )
-        seen[opt.dest] = (said, key)
-        head = written if opt.negatable else opt.canonical
-        out.extend([f"{head}={inline}"] if eq else [head, *values])
-        i += 1 + n
+        seen[(in_file, dest)] = f
+    cli_dests = {dest for in_file, dest in seen if not in_file}
+    out: list[str] = []
+    for f in flags:
+        overridden = f.opt is not None and f.start < len(pre) and f.opt.dest in cli_dests
+        if not overridden:
+            out.extend(f.tokens)
     return out
