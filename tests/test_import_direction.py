@@ -25,9 +25,9 @@ RANK = {
     "ops": 3,
     "hooks": 4,
     "launch": 5,
-    "doctor": 5,
-    "bench": 6,
-    "testing": 7,
+    "doctor": 6,  # proves the wiring through the launcher's own capture server (--engine sglang)
+    "bench": 7,
+    "testing": 8,
 }
 ENTRY_SHIMS = {"sglang_eagle3.demo", "sglang_eagle3.tiny"}  # `python -m` names kept working
 HEAVY = ("torch", "sglang", "triton", "transformers", "numpy", "safetensors.torch", "sgl_kernel")

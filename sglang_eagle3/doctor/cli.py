@@ -4,8 +4,9 @@ Scores an EAGLE-3 draft under several candidate hidden-state layouts (declared, 
 shifted, default ...) and says whether the layout that would be served is the one the draft
 works with. The evidence is the draft's training data (--data), or, with no data, the target's
 own greedy continuation of prompts (--prompts, else a built-in chat/code/prose/maths set) with
-the hidden states the doctor captures itself: in process (--target; Hugging Face
-transformers), or from a live SGLang in capture mode (--server), started with
+the hidden states the doctor captures itself: from --target (Hugging Face transformers in
+process, or --engine sglang: a capture server the doctor starts and stops), or from a live
+SGLang in capture mode (--server), started with
 
   python -m sglang_eagle3.launch --model-path TARGET --enable-return-aux-hidden-states \\
       --hidden-state-layout TAPS --disable-radix-cache
@@ -60,6 +61,10 @@ def parse_args(argv: list[str] | None) -> tuple[DoctorOptions, bool]:
                    help="--server: seconds per request (300)")  # fmt: skip
     p.add_argument("--server-time-limit", type=float, default=1800.0,
                    help="--server: seconds for all requests (1800)")  # fmt: skip
+    p.add_argument("--engine", default="auto", choices=("auto", "hf", "sglang"),
+                   help="--target without --data: hf (transformers, in process), sglang (the "
+                   "doctor starts a capture server through the launcher) or auto (sglang with "
+                   "a GPU --device and a family SGLang serves, else hf)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--steps", type=int, default=3, help="chained draft steps to score (3)")
     p.add_argument("--max-tokens", type=int, default=4096, help="draft positions to score")
@@ -105,6 +110,7 @@ def parse_args(argv: list[str] | None) -> tuple[DoctorOptions, bool]:
         max_new_tokens=a.max_new_tokens,
         request_timeout=a.request_timeout,
         server_time_limit=a.server_time_limit,
+        engine=a.engine,
     )
     return opts, a.json
 

@@ -56,13 +56,22 @@ def plausible_layouts(ids: Sequence[int] | None, num_aux: int, num_layers: int) 
     return [(name, taps, "; ".join(dict.fromkeys(src))) for taps, (name, src) in found.items()]
 
 
-def search_range(layouts: Sequence[Layout], num_aux: int, num_layers: int) -> tuple[Tap, ...]:
+def servable(num_layers: int, top: int | None = None) -> tuple[Tap, ...]:
+    """Every tap a layout may use: up to HF index ``top`` (the family's loop reach; None:
+    every tap up to the final layer's output)."""
+    return tuple(Tap(i) for i in range((num_layers if top is None else top) + 1))
+
+
+def search_range(
+    layouts: Sequence[Layout], num_aux: int, num_layers: int, top: int | None = None
+) -> tuple[Tap, ...]:
     """The taps whose every K-subset ``--search`` scores: all of them when there are at most
     ``MAX_SEARCH`` subsets, else the taps the plausible layouts use."""
-    every = tuple(Tap(i) for i in range(num_layers + 1))
+    every = servable(num_layers, top)
     if math.comb(len(every), num_aux) <= MAX_SEARCH:
         return every
-    return tuple(sorted({t for _, taps, _ in layouts for t in taps}, key=lambda t: t.hf_index))
+    used = {t for _, taps, _ in layouts for t in taps if t in every}
+    return tuple(sorted(used, key=lambda t: t.hf_index))
 
 
 def needed_taps(
@@ -71,9 +80,11 @@ def needed_taps(
     *,
     extra: Sequence[Layout] = (),
     search_taps: Sequence[Tap] = (),
+    top: int | None = None,
 ) -> tuple[Tap, ...]:
-    """The union of every candidate's taps, ascending (the order SGLang fills them in)."""
-    every = tuple(Tap(i) for i in range(num_layers + 1))
+    """The union of every candidate's taps that the target can give (``top``: see
+    ``servable``), ascending (the order SGLang fills them in)."""
+    every = servable(num_layers, top)
     cands = build_candidates(lay, every, len(every), num_layers, positional=False, extra=extra)
     union = {t for c in cands if c.indices for t in (every[i] for i in c.indices)}
     union |= set(search_taps)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from sglang_eagle3.doctor.candidates import SERVED_BY
 from sglang_eagle3.errors import WiringError
 
+ENGINES = ("auto", "hf", "sglang")
 NO_EVIDENCE_FIX = (
     "pass --data DIR (the drafter's training hidden states), --target DIR (the doctor runs the "
     "target itself) or --server URL (a target in capture mode; see --help)"
@@ -36,6 +37,7 @@ class DoctorOptions:
     max_new_tokens: int = 64  # data-free: the target's greedy continuation per prompt
     request_timeout: float = 300.0  # --server: seconds per HTTP request
     server_time_limit: float = 1800.0  # --server: seconds for all requests together
+    engine: str = "auto"  # --target without data: hf, sglang, or auto (sglang with a GPU)
 
     @property
     def tree(self) -> tuple[int, int]:
@@ -76,6 +78,11 @@ class DoctorOptions:
         if self.data is None and self.data_taps is not None:
             raise WiringError("--data-taps names the taps of --data; the data-free mode "
                               "captures named taps itself", fix="drop --data-taps")  # fmt: skip
+        if self.engine not in ENGINES:
+            raise WiringError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.engine != "auto" and (self.data is not None or self.server is not None):
+            raise WiringError("--engine picks how the doctor runs --target without --data",
+                              fix="drop --engine")  # fmt: skip
         if not 1 <= self.max_new_tokens <= 4096:
             raise WiringError(f"--max-new-tokens must be 1..4096, got {self.max_new_tokens}")
         for name, value in (("--request-timeout", self.request_timeout),

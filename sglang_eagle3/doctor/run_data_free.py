@@ -59,18 +59,23 @@ def captured_evidence(opts: DoctorOptions):
     lay = draft_layouts(opts.draft, num_layers=n, target_hidden_size=hidden,
                         served_by=opts.served_by, family=family)  # fmt: skip
     prestart_check(opts.draft, opts.target)
+    # a tap past the family's loop can be neither captured by a server nor served
+    top = family.max_capture_index(n) if family is not None else None
     plausible = plausible_layouts(eagle_config_ids(Path(opts.draft))[0], lay.num_aux, n)
     extra = plausible if opts.search else []
     wide = opts.search or lay.declared is None  # every K-subset of a small range is scored
-    search_taps = search_range(plausible, lay.num_aux, n) if wide else ()
-    taps = needed_taps(lay, n, extra=extra, search_taps=search_taps)
+    search_taps = search_range(plausible, lay.num_aux, n, top) if wide else ()
+    taps = needed_taps(lay, n, extra=extra, search_taps=search_taps, top=top)
     common = dict(max_new_tokens=opts.max_new_tokens, max_tokens=opts.max_tokens,
                   progress=opts.progress)  # fmt: skip
-    if client is not None:
+    engine = "server" if client is not None else _engine(opts, family)
+    if engine == "server":
         from sglang_eagle3.doctor.server_capture import capture_from_server
 
         data = capture_from_server(client, state, prompts, taps,
                                    time_limit=opts.server_time_limit, **common)  # fmt: skip
+    elif engine == "sglang":
+        data = _capture_with_sglang(opts, taps, prompts, common)
     else:
         from sglang_eagle3.doctor.target_capture import capture_in_process
 
@@ -88,6 +93,38 @@ def captured_evidence(opts: DoctorOptions):
     )
     return Evidence(data, n, lay, family, taps, "captured by the doctor", cands, source,
                     uses_head=False)  # fmt: skip
+
+
+def _engine(opts: DoctorOptions, family) -> str:
+    """auto: real SGLang where it serves the family on a GPU; HF transformers otherwise (on
+    CPU, SGLang's start alone takes longer than the HF run)."""
+    if opts.engine != "auto":
+        return opts.engine
+    served = family is not None and family.refused is None
+    return "sglang" if served and opts.device != "cpu" else "hf"
+
+
+def _capture_with_sglang(opts: DoctorOptions, taps, prompts, common):
+    import importlib.util
+
+    from sglang_eagle3.doctor.local_server import local_capture_server
+    from sglang_eagle3.doctor.server_capture import (
+        ServerClient,
+        capture_from_server,
+        server_capture_state,
+    )
+
+    if importlib.util.find_spec("sglang") is None:
+        raise WiringError("--engine sglang needs SGLang installed", fix="pip install "
+                          "'sglang-eagle3[serve]', or use --engine hf")  # fmt: skip
+    with local_capture_server(opts.target, taps, device=opts.device) as url:
+        client = ServerClient(url, timeout=opts.request_timeout)
+        state = server_capture_state(client)
+        data = capture_from_server(client, state, prompts, taps,
+                                   time_limit=opts.server_time_limit, **common)  # fmt: skip
+    engine = f"SGLang {state.get('sglang')} capture server the doctor started on 127.0.0.1"
+    data.source.update(kind="in-process target", engine=f"{engine} (stopped after)")
+    return data
 
 
 def _server_family(state: dict):

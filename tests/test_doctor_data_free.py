@@ -1,0 +1,220 @@
+"""The doctor without training data: evidence from the target itself, in process (Hugging
+Face) or from a real SGLang 0.5.23 server in capture mode (CPU harness), on the demo's tiny
+target and trained drafter. Its refusals of bad input need no model and run in the fast tier."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from sglang_eagle3.bench.metrics import spec_stats
+from sglang_eagle3.doctor.cli import DoctorOptions, main, run_doctor
+from sglang_eagle3.doctor.prompts import BUILT_IN
+
+try:
+    from test_doctor_inputs import random_draft  # noqa: F401
+except ImportError:  # run from elsewhere with the repository root on sys.path
+    from tests.test_doctor_inputs import random_draft  # noqa: F401
+
+TRAINED = ["embed", "layer:2", "layer:5"]
+CAPTURE_TAPS = "embed,layer:0,layer:1,layer:2,layer:3,layer:4,layer:5,layer:6"  # all DeepSeek's
+SPEC = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
+        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def drafter():
+    pytest.importorskip("speculators.models.eagle3")
+    from sglang_eagle3.testing.tiny.drafter import tiny_drafter
+
+    return tiny_drafter()
+
+
+def best_row(report) -> dict:
+    return next(r for r in report.rows if r["evaluable"] and r["layout"])  # rows sorted by step 1
+
+
+def served_row(report) -> dict:
+    return next(r for r in report.rows if r["is_served"])
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("sglang_eagle3.doctor: "), err
+    return err[0]
+
+
+# --- bad input: one line, exit 2, nothing loaded -------------------------------------------
+
+
+def test_no_data_and_no_target_is_one_line(random_draft, capsys):
+    assert main(["--draft", str(random_draft)]) == 2
+    assert "no --data and no --target" in one_error_line(capsys)
+
+
+def test_unreachable_server_is_one_line_with_the_command(random_draft, capsys):
+    assert main(["--draft", str(random_draft), "--server", "http://127.0.0.1:9"]) == 2
+    line = one_error_line(capsys)
+    assert "cannot reach the server at http://127.0.0.1:9" in line
+    assert "--enable-return-aux-hidden-states --hidden-state-layout" in line
+
+
+def test_empty_prompts_file_is_one_line(random_draft, tiny_target, tmp_path, capsys):
+    empty = tmp_path / "prompts.jsonl"
+    empty.write_text("\n")
+    argv = ["--draft", str(random_draft), "--target", str(tiny_target), "--prompts", str(empty)]
+    assert main(argv) == 2
+    assert f"{empty}: no prompts in it" in one_error_line(capsys)
+
+
+def test_draft_too_narrow_for_the_target_is_one_line(random_draft, tiny_target, capsys):
+    # the random draft is 64 wide, the tiny target 128
+    assert main(["--draft", str(random_draft), "--target", str(tiny_target)]) == 2
+    line = one_error_line(capsys)
+    assert "64 wide" in line and "the target's are 128" in line
+
+
+# --- in process ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_data_free_verdict_equals_the_data_based_one(drafter, figures):
+    free = run_doctor(DoctorOptions(str(drafter.draft_dir), target=str(drafter.target_dir),
+                                    progress=False))  # fmt: skip
+    data = run_doctor(DoctorOptions(str(drafter.draft_dir), data=str(drafter.eval_data),
+                                    target=str(drafter.target_dir), max_tokens=2048,
+                                    progress=False))  # fmt: skip
+    print(free.render())
+    assert free.source["kind"] == "in-process target" and data.source["kind"] == "training data"
+    assert "Hugging Face transformers" in free.source["engine"]
+    assert best_row(free)["layout"] == best_row(data)["layout"] == TRAINED
+    assert served_row(free)["layout"] == served_row(data)["layout"] == TRAINED
+    assert free.verdict == data.verdict == "ok" and free.exit_code == 0
+    # the shifted and stock wirings lose on the target's own continuations too
+    rows = {r["name"].split(", ")[0]: r for r in free.rows}
+    for name in ("shifted +1 layer", "stock SGLang 0.5.23"):
+        assert rows[name]["accuracy"] < best_row(free)["accuracy"] - 0.05, name
+    figures.record("data-free doctor (in process): tokens scored", free.source["scored_tokens"])
+    figures.record("data-free doctor: step-1 top-1 of the trained layout", best_row(free)
+                   ["accuracy"], ".1%")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_search_without_ids_finds_the_trained_layout(drafter, tmp_path, capsys, figures):
+    from tokenizers import Tokenizer
+
+    from sglang_eagle3.data.train_data import TrainData
+
+    draft = tmp_path / "draft"
+    shutil.copytree(drafter.draft_dir, draft)
+    cfg = json.loads((draft / "config.json").read_text())
+    del cfg["eagle_aux_hidden_state_layer_ids"]
+    (draft / "config.json").write_text(json.dumps(cfg))
+    # prompts like the drafter's own data: its held-out windows as text
+    tok = Tokenizer.from_file(str(drafter.target_dir / "tokenizer.json"))
+    prompts = tmp_path / "prompts.jsonl"
+    with prompts.open("w") as f:
+        for s in TrainData(drafter.eval_data):
+            text = tok.decode(s.input_ids.tolist(), skip_special_tokens=True)
+            f.write(json.dumps({"text": text}) + "\n")
+    argv = ["--draft", str(draft), "--target", str(drafter.target_dir), "--search", "--json",
+            "--prompts", str(prompts), "--max-new-tokens", "16", "--no-progress"]  # fmt: skip
+    code = main(argv)
+    report = json.loads(capsys.readouterr().out)
+    search = report["search"]
+    print(search["text"])
+    # without ids the plugin would serve SGLang's default: clearly wrong
+    assert code == 1 and report["served"]["layout"] == ["layer:1", "layer:3", "layer:4"]
+    found = [search["layout"]] + [t["layout"] for t in search["tied"]]
+    assert TRAINED in found, search["text"]
+    assert search["flags"] == "--hidden-state-layout " + ",".join(search["layout"])
+    assert ["layer:1", "layer:3", "layer:4"] not in found
+    figures.record("--search without ids: layouts within noise of the best", len(found))
+    figures.record("--search without ids: winner", ",".join(search["layout"]))
+
+
+# --- real SGLang servers ------------------------------------------------------------------
+
+
+@pytest.mark.sglang
+@pytest.mark.slow
+def test_server_mode_gives_the_in_process_numbers(server_factory, drafter, figures):
+    srv = server_factory(drafter.target_dir, [
+        "--cpu", "--dtype", "float32", "--attention-backend", "torch_native",
+        "--enable-return-aux-hidden-states", "--hidden-state-layout", CAPTURE_TAPS,
+        "--disable-radix-cache"], name="doctor-capture", module="sglang_eagle3.launch",
+    )  # fmt: skip
+    opts = dict(max_new_tokens=16, progress=False)
+    remote = run_doctor(DoctorOptions(str(drafter.draft_dir), server=srv.url, **opts))
+    local = run_doctor(DoctorOptions(str(drafter.draft_dir), target=str(drafter.target_dir),
+                                     **opts))  # fmt: skip
+    assert remote.source["kind"] == "server" and "SGLang 0.5.23" in remote.source["engine"]
+    assert remote.source["scored_tokens"] == local.source["scored_tokens"] > 500
+    by_layout = {r["text"]: r for r in local.rows}
+    worst = 0.0
+    for r in remote.rows:
+        mine = by_layout[r["text"]]
+        for a, b in zip(r["step_accuracy"], mine["step_accuracy"], strict=True):
+            if a is not None and b is not None:
+                worst = max(worst, abs(a - b))
+    figures.record("doctor --server vs in process: max |step accuracy diff|", worst, ".2g")
+    assert worst < 0.005  # fp32 noise may flip a near-tie or two, not a layout's score
+    assert remote.verdict == local.verdict == "ok"
+    assert best_row(remote)["layout"] == TRAINED
+    figures.record("doctor --server: bytes moved per token (8 taps x 128, JSON)",
+                   remote.source["bytes_per_token"])  # fmt: skip
+
+
+@pytest.mark.sglang
+@pytest.mark.slow
+def test_predicted_accept_length_is_what_an_eagle3_server_measures(
+    server_factory, drafter, tmp_path, capsys, figures
+):
+    srv = server_factory(drafter.target_dir, [
+        "--cpu", "--dtype", "float32", "--attention-backend", "intel_amx", *SPEC,
+        "--speculative-draft-model-path", str(drafter.draft_dir),
+        "--draft-cache-dir", str(tmp_path / "drafts")], name="doctor-eagle3",
+        module="sglang_eagle3.launch",
+    )  # fmt: skip
+    params = {"max_new_tokens": 64, "temperature": 0}
+    outs = [srv.post("/generate", {"text": p, "sampling_params": params}) for p in BUILT_IN]
+    served = spec_stats(o["meta_info"] for o in outs).accept_length
+    # an EAGLE-3 server is not in capture mode: the doctor says so and how to start one
+    assert main(["--draft", str(drafter.draft_dir), "--server", srv.url]) == 2
+    assert "is not in capture mode" in one_error_line(capsys)
+    srv.stop()  # the doctor's own forward passes need the cores
+    report = run_doctor(DoctorOptions(str(drafter.draft_dir), target=str(drafter.target_dir),
+                                      max_new_tokens=64, progress=False))  # fmt: skip
+    predicted = report.replay_accept_length
+    figures.record("EAGLE-3 server accept length, built-in prompts (3 steps, chain)", served,
+                   ".2f")  # fmt: skip
+    figures.record("data-free doctor's predicted (replay) accept length", predicted, ".2f")
+    assert served and predicted
+    assert abs(predicted - served) / served < 0.10, (predicted, served)
+
+
+def test_the_help_gives_the_capture_server_command(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    cmd = "python -m sglang_eagle3.launch --model-path TARGET --enable-return-aux-hidden-states"
+    assert cmd in out and "--hidden-state-layout TAPS --disable-radix-cache" in out
+
+
+@pytest.mark.sglang
+@pytest.mark.slow
+def test_engine_sglang_starts_its_own_capture_server_and_agrees_with_hf(drafter, figures):
+    opts = dict(target=str(drafter.target_dir), max_new_tokens=16, progress=False)
+    real = run_doctor(DoctorOptions(str(drafter.draft_dir), engine="sglang", **opts))
+    hf = run_doctor(DoctorOptions(str(drafter.draft_dir), engine="hf", **opts))
+    assert "capture server the doctor started" in real.source["engine"]
+    assert "Hugging Face" in hf.source["engine"]
+    assert real.source["scored_tokens"] == hf.source["scored_tokens"]
+    got = {r["text"]: r["accuracy"] for r in real.rows if r["evaluable"]}
+    want = {r["text"]: r["accuracy"] for r in hf.rows if r["evaluable"]}
+    worst = max(abs(got[k] - want[k]) for k in want)
+    figures.record("doctor --engine sglang vs --engine hf: max |step-1 accuracy diff|", worst,
+                   ".2g")  # fmt: skip
+    assert worst < 0.005 and best_row(real)["layout"] == TRAINED
