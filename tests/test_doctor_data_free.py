@@ -76,6 +76,46 @@ def test_draft_too_narrow_for_the_target_is_one_line(random_draft, tiny_target, 
     assert "64 wide" in line and "the target's are 128" in line
 
 
+# --- which taps the doctor captures (pure) --------------------------------------------------
+
+
+def kimi_speculators_draft(directory) -> str:
+    """A config-only speculators draft for a 61-layer Kimi-K2.5: trained on embed, layer:2,
+    layer:30 (input-to-layer ids [0, 3, 31])."""
+    layer = {"model_type": "llama", "hidden_size": 7168, "num_attention_heads": 64,
+             "num_key_value_heads": 64, "head_dim": 128, "intermediate_size": 18432,
+             "vocab_size": 163840, "num_hidden_layers": 1, "rms_norm_eps": 1e-5}  # fmt: skip
+    cfg = {"speculators_model_type": "eagle3", "architectures": ["Eagle3Speculator"],
+           "draft_vocab_size": 32000, "target_hidden_size": 7168,
+           "eagle_aux_hidden_state_layer_ids": [0, 3, 31],
+           "transformer_layer_config": layer}  # fmt: skip
+    (directory / "config.json").write_text(json.dumps(cfg))
+    return str(directory)
+
+
+def test_the_captured_taps_are_the_union_the_candidates_need(tmp_path):
+    from sglang_eagle3.doctor.candidates import draft_layouts
+    from sglang_eagle3.doctor.data_free import needed_taps, plausible_layouts, search_range
+    from sglang_eagle3.layout.conventions import DEEPSEEK
+    from sglang_eagle3.layout.taps import format_taps
+
+    lay = draft_layouts(kimi_speculators_draft(tmp_path), num_layers=61, target_hidden_size=7168)
+    top = DEEPSEEK.max_capture_index(61)  # hs[60] = layer:59: the loop never reaches layer:60
+    # declared, shifted +1 (-1 would need a tap before embed), SGLang's default as is
+    assert format_taps(needed_taps(lay, 61, top=top)) == (
+        "embed, layer:0, layer:1, layer:2, layer:3, layer:29, layer:30, layer:31, layer:57"
+    )
+    plausible = {format_taps(t): name for name, t, _ in plausible_layouts([0, 3, 31], 3, 61)}
+    assert plausible["embed, layer:2, layer:30"] == "ids [0, 3, 31] read as input-to-layer"
+    assert plausible["layer:1, layer:29, layer:57"] == "stock default [2, n//2, n-3] as is"
+    assert "layer:2, layer:30, layer:58" in plausible  # the default, +1 (llama's rule)
+    assert "layer:60" not in " ".join(plausible)  # past the final layer's output
+    # a 61-layer target has too many 3-subsets: the search range is the plausible taps
+    wide = search_range(plausible_layouts([0, 3, 31], 3, 61), 3, 61, top)
+    assert len(wide) < 20 and all(t.hf_index <= top for t in wide)
+    assert len(search_range([], 3, 8, DEEPSEEK.max_capture_index(8))) == 8  # all of them
+
+
 # --- in process ----------------------------------------------------------------------------
 
 

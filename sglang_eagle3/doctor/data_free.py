@@ -22,8 +22,8 @@ Layout = tuple[str, tuple[Tap, ...], str]  # (candidate name, taps, where it com
 
 
 def _shifted(taps: tuple[Tap, ...], delta: int, n: int) -> tuple[Tap, ...] | None:
-    moved = tuple(Tap(t.hf_index + delta) for t in taps)
-    return moved if all(0 <= t.hf_index <= n for t in moved) else None
+    moved = [t.hf_index + delta for t in taps]
+    return tuple(Tap(i) for i in moved) if all(0 <= i <= n for i in moved) else None
 
 
 def plausible_layouts(ids: Sequence[int] | None, num_aux: int, num_layers: int) -> list[Layout]:
@@ -39,7 +39,7 @@ def plausible_layouts(ids: Sequence[int] | None, num_aux: int, num_layers: int) 
     bases: list[tuple[str, tuple[Tap, ...]]] = []
     for conv in (Convention.OUTPUT_OF_LAYER, Convention.INPUT_TO_LAYER) if ids else ():
         try:
-            bases.append((f"ids {list(ids)} as {conv}", taps_from_ids(ids, conv, n)))
+            bases.append((f"ids {list(ids)} read as {conv}", taps_from_ids(ids, conv, n)))
         except WiringError:
             pass  # ids outside this convention's range: not a reading
     for fam in FAMILIES:
@@ -47,10 +47,16 @@ def plausible_layouts(ids: Sequence[int] | None, num_aux: int, num_layers: int) 
             stock = stock_capture(fam, written, n)
             if stock.taps is None:
                 continue  # that wiring crashes: no layout to score
-            what = f"ids {list(ids)}" if written else "default [2, n//2, n-3]"
-            bases.append((f"{what} by the {fam.rule} rule", stock.taps))
-    for name, taps in bases:
+            if written:
+                name = f"ids {list(ids)} by stock SGLang's rule '{fam.rule}'"
+            else:
+                name = "stock default [2, n//2, n-3]" + (
+                    ", then +1" if fam.default_plus_one else " as is"
+                )
+            bases.append((name, stock.taps))
+    for name, taps in bases:  # every reading before any shift, so a reading keeps its name
         add(name, taps, name)
+    for name, taps in bases:
         for delta in (1, -1):
             add(f"{name}, shifted {delta:+d} layer", _shifted(taps, delta, n), f"{name} {delta:+d}")
     return [(name, taps, "; ".join(dict.fromkeys(src))) for taps, (name, src) in found.items()]
