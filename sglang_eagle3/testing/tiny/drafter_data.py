@@ -44,17 +44,11 @@ def token_windows(
 
 @torch.inference_mode()
 def target_hidden_states(model, windows: torch.Tensor) -> torch.Tensor:
-    """[B, L] ids -> [B, L, n+1, hidden]: hs[0..n-1] as HF returns them, then the last
-    layer's output before the final norm (so index k is Tap(k) for every k in 0..n)."""
-    captured: list[torch.Tensor] = []
-    hook = model.model.norm.register_forward_hook(lambda m, i, o: captured.append(i[0]))
-    try:
-        out = model(input_ids=windows, output_hidden_states=True)
-    finally:
-        hook.remove()
-    n = model.config.num_hidden_layers
-    hs = list(out.hidden_states[:n]) + [captured[-1]]
-    return torch.stack(hs, dim=2)
+    """[B, L] ids -> [B, L, n+1, hidden]: index k is Tap(k) for every k in 0..n (the doctor's
+    own capture, so training data and the doctor's evidence are taken alike)."""
+    from sglang_eagle3.doctor.target_capture import all_taps
+
+    return all_taps(model, windows, model.config.num_hidden_layers)[0]
 
 
 def write_target_data(
