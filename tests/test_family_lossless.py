@@ -51,6 +51,9 @@ def test_eagle3_through_the_launcher_is_lossless(server_factory, family, tmp_pat
     log = srv.log()
     assert f"{ARCH[family]}: capturing taps layer:5, embed, layer:2 (SGLang capture " in log
     assert "fc column blocks permuted [2, 0, 1]" in log
+    # ... and the served drafter's fc really was permuted (SGLang loads it before the target
+    # sets its capture up, so this once silently did not happen)
+    assert "drafter fc: column blocks of taps layer:5, embed, layer:2 moved to capture order" in log
     outs = {p: _generate(srv, p) for p in PROMPTS}
     assert all(o["meta_info"]["spec_verify_ct"] > 0 for o in outs.values())  # it speculated
     got = {p: o["output_ids"] for p, o in outs.items()}

@@ -8,6 +8,9 @@ Formats and where their ids live:
   ``eagle_config.eagle_aux_hidden_state_layer_ids`` in no stated convention. -1 (embed) exists
   only as output-of-layer and n (last layer) only as input-to-layer, so either settles it;
   otherwise the caller must say (``convention=``) or the config must name its taps.
+- sglang-mla (``architectures: ["Eagle3DeepseekV2ForCausalLM"]``, SGLang's MLA drafter):
+  the flat keys plus MLA dimensions, ids read by the sglang-flat rules (``draft_schema_mla``
+  says what TorchSpec's training and export ids mean).
 - specforge: the same config shape as sglang-flat (SpecForge writes it that way), told apart
   only by weight names: SpecForge saves its decoder layer as ``midlayer.*`` (SGLang renames it
   to ``layers.0`` at load). SpecForge hands the ids to its target's
@@ -28,6 +31,7 @@ from pathlib import Path
 from sglang_eagle3.checkpoint.config_json import read_draft_config_json
 from sglang_eagle3.checkpoint.draft_layout import LayoutArg, Resolved, Target, resolve_layout
 from sglang_eagle3.checkpoint.draft_schema import FLAT_ARCH, DraftFile, load_draft_file
+from sglang_eagle3.checkpoint.draft_schema_mla import MLA_ARCH, MlaDraftConfig
 from sglang_eagle3.checkpoint.draft_spec import DraftSpec
 from sglang_eagle3.checkpoint.safetensors_header import (
     TensorInfo,
@@ -69,7 +73,10 @@ def read_draft(
     files = safetensors_files(draft_dir) if draft_dir.is_dir() else None
     tensors: dict[str, TensorInfo] = read_checkpoint_tensors(draft_dir) if files else {}
     fmt = _detect_format(cfg, tensors, where)
-    f = load_draft_file(cfg, where, speculators=fmt == "speculators")
+    if fmt == "sglang-mla":
+        f: DraftFile = MlaDraftConfig.load(cfg, path=where)
+    else:
+        f = load_draft_file(cfg, where, speculators=fmt == "speculators")
     _check_target_width(f, width, where)
     # speculators' data keeps the last captured tap (the final layer) as the verifier tap
     verifier = f.declared_layout[0].verifier
@@ -105,11 +112,14 @@ def _detect_format(cfg: dict, tensors: dict[str, TensorInfo], where: str) -> str
             )
         return "speculators"
     archs = cfg.get("architectures")
+    if isinstance(archs, list) and MLA_ARCH in archs:
+        return "sglang-mla"
     if not isinstance(archs, list) or FLAT_ARCH not in archs:
         raise WiringError(
             f"architectures is {archs!r}: not an EAGLE-3 draft this tool can read",
             path=where,
-            fix=f'use a speculators eagle3 checkpoint or a flat config with ["{FLAT_ARCH}"]',
+            fix="use a speculators eagle3 checkpoint or a flat config with "
+            f'["{FLAT_ARCH}"] or ["{MLA_ARCH}"]',
         )
     if any(name.startswith("midlayer.") for name in tensors):
         return "specforge"

@@ -18,6 +18,7 @@ from sglang_eagle3.layout.families import Family
 from sglang_eagle3.table import text_table
 
 OK, REFUSED, NOT_ENFORCED = "honoured", "refused", "not enforced"
+MLA_FORMAT = "sglang-mla"  # Eagle3DeepseekV2ForCausalLM, SGLang's own MLA drafter
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,19 @@ def draft_settings(
     )
     for name in ("norm_before_fc", "fc_norm", "norm_output"):
         rows.append(Setting(name, str(getattr(s, name)).lower(), OK, OK, OK))
-    if s.norm_before_residual:
+    if s.format == MLA_FORMAT:
+        rows.append(_mla_drafter())
+    if s.norm_before_residual and s.format == MLA_FORMAT:
+        rows.append(
+            Setting(
+                "norm_before_residual",
+                "true",
+                "ignored (residual = un-normed fc out)",
+                "refused: the plugin honours it on Llama-style drafters only",
+                REFUSED,
+            )
+        )
+    elif s.norm_before_residual:
         served = (
             f"{OK} (plugin: residual = hidden_norm(fc out))"
             if norm_fix
@@ -121,6 +134,18 @@ def _stock_layout(s: DraftSpec, family: Family | None) -> str:
     if s.format == "speculators":
         return "cannot load the format; flattened by hand, top-level ids ignored: " + text
     return text
+
+
+def _mla_drafter() -> Setting:
+    """SGLang serves the MLA drafter itself; stock, it packs the taps ascending into an fc
+    trained on the declared order, and a tensor its loader skips is one warning line."""
+    return Setting(
+        "drafter",
+        "Eagle3DeepseekV2 (MLA attention, 1 layer)",
+        "SGLang's kimi_k25_eagle3; fc never permuted, skipped tensors only logged",
+        f"{OK} (SGLang's own drafter; plugin: fc permuted to capture order, load gaps refused)",
+        OK,
+    )
 
 
 def _embedding(s: DraftSpec) -> Setting:

@@ -23,7 +23,7 @@ from sglang_eagle3.layout.conventions import Convention
 from sglang_eagle3.layout.hidden_state_layout import HiddenStateLayout
 from sglang_eagle3.layout.schema_base import CheckedModel
 
-DraftFormat = Literal["sglang-flat", "speculators", "specforge"]
+DraftFormat = Literal["sglang-flat", "speculators", "specforge", "sglang-mla"]
 FORMATS: tuple[str, ...] = get_args(DraftFormat)
 STOCK_DEFAULT_SOURCE = "none (stock SGLang default)"
 
@@ -38,7 +38,8 @@ class DraftSpec(CheckedModel):
 
     config_path: str = Field(description="The draft's config.json.")
     format: DraftFormat = Field(
-        description="The checkpoint format (specforge: flat config, midlayer.* weights)."
+        description="The checkpoint format (specforge: flat config, midlayer.* weights; "
+        "sglang-mla: Eagle3DeepseekV2ForCausalLM)."
     )
     layout: InstanceOf[HiddenStateLayout] | None = Field(
         description="The taps the fc reads, in order; None: the draft does not say."

@@ -31,6 +31,12 @@ VOCAB_MAPS = ("d2t", "t2d")  # read into hot_token_id / ignored on purpose
 # Saved by some trainers, never needed to serve: RoPE caches (recomputed) and speculators'
 # frozen copies of the verifier's head and final norm (serving uses the target's own).
 NOT_SERVED = ("rotary_emb.inv_freq", "verifier_lm_head.", "verifier_norm.")
+# kimi_k25_eagle3.py (Eagle3DeepseekV2ForCausalLM) load_weights: layers.0 -> midlayer, all but
+# lm_head under model., gate/up stacked, and q_a_proj + kv_a_proj_with_mqa concatenated into
+# fused_qkv_a_proj_with_mqa once both arrived (a lone half is held and never loaded)
+MLA_STACKED = STACKED[3:]
+MLA_FUSED_A = ("q_a_proj", "kv_a_proj_with_mqa")
+MLA_FUSED_PARAM = "fused_qkv_a_proj_with_mqa"
 _LATER_INPUT_NORM = re.compile(r"(?:model\.)?layers\.(\d+)\.input_layernorm\.weight")
 
 
@@ -61,6 +67,30 @@ def sglang_param_name(name: str, params: Iterable[str] | set[str]) -> str | None
     return None
 
 
+def sglang_mla_param_name(name: str, params: Iterable[str] | set[str]) -> str | None:
+    """The parameter SGLang's MLA drafter loads ``name`` into, or None when it drops it."""
+    params = params if isinstance(params, set) else set(params)
+    name = re.sub(r"^layers\.0\.", "midlayer.", name)
+    if not name.startswith("lm_head."):
+        name = f"model.{name}"
+    for fused, part in MLA_STACKED:
+        if part in name and name.replace(part, fused) in params:
+            return name.replace(part, fused)
+    for part in MLA_FUSED_A:
+        if part in name:
+            name = name.replace(part, MLA_FUSED_PARAM)
+            break
+    return name if name in params else None
+
+
+def _mla_partner(name: str) -> str | None:
+    """The other half of a fused MLA a-projection tensor, None for any other tensor."""
+    q, kv = MLA_FUSED_A
+    if kv in name:
+        return name.replace(kv, q)
+    return name.replace(q, kv) if q in name else None
+
+
 def later_input_norm_layer(name: str) -> int | None:
     """The layer index of ``layers.I.input_layernorm.weight`` for I >= 1, else None.
 
@@ -79,17 +109,27 @@ def unused_by_sglang(param: str) -> bool:
 
 
 def load_gaps(
-    names: Iterable[str], params: Iterable[str], *, exempt: Iterable[str] = ()
+    names: Iterable[str],
+    params: Iterable[str],
+    *,
+    exempt: Iterable[str] = (),
+    mla: bool = False,
 ) -> tuple[list[str], list[str]]:
     """(checkpoint tensors SGLang drops, parameters nothing loads), both sorted.
 
-    ``exempt``: parameters filled later on purpose (the target's embedding, a shared lm_head)."""
-    params = set(params)
+    ``exempt``: parameters filled later on purpose (the target's embedding, a shared lm_head).
+    ``mla``: the names of SGLang's MLA drafter (Eagle3DeepseekV2ForCausalLM), not Llama's."""
+    params, names = set(params), list(names)
+    present = set(names)
     loaded, dropped = set(), []
     for name in names:
         if not_served(name) or any(v in name for v in VOCAB_MAPS):
             continue
-        target = sglang_param_name(name, params)
+        partner = _mla_partner(name) if mla else None
+        if partner is not None and partner not in present:
+            dropped.append(name)  # held for its other half, which never comes
+            continue
+        target = (sglang_mla_param_name if mla else sglang_param_name)(name, params)
         if target is None:
             dropped.append(name)
         else:

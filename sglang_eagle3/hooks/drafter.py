@@ -3,19 +3,24 @@
 Imported only inside SGLang. Every training-time setting SGLang 0.5.23 would drop is either
 honoured here (norm_before_residual, a trained embedding, input norms of later layers) or
 refused at load with a WiringError naming the draft (tensors SGLang would skip, parameters
-nothing fills). The rows are applied through SGLang's HookRegistry by plugin.register().
+nothing fills). SGLang's MLA drafter (Eagle3DeepseekV2ForCausalLM) gets the same load-gap
+refusal, trained-embedding rule and fc permutation. The rows are applied through SGLang's
+HookRegistry by plugin.register().
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import torch
 from sglang.srt.plugins.hook_registry import HookType
 
 from sglang_eagle3 import env_names
 from sglang_eagle3.checkpoint.draft_weight_names import later_input_norm_layer, load_gaps
+from sglang_eagle3.checkpoint.target_config import read_target
 from sglang_eagle3.errors import WiringError
+from sglang_eagle3.hooks.capture import _plan as capture_plan
 from sglang_eagle3.hooks.capture import process_plan
 from sglang_eagle3.hooks.fc_permute import permute_fc_blocks
 from sglang_eagle3.log import get_logger
@@ -26,6 +31,9 @@ EAGLE3 = "sglang.srt.models.llama_eagle3"
 EAGLE3_LOAD = f"{EAGLE3}.LlamaForCausalLMEagle3.load_weights"
 EAGLE3_SET_EMBED = f"{EAGLE3}.LlamaForCausalLMEagle3.set_embed"
 EAGLE3_LAYER = f"{EAGLE3}.LlamaDecoderLayer.forward"
+MLA = "sglang.srt.models.kimi_k25_eagle3"  # Eagle3DeepseekV2ForCausalLM, the MLA drafter
+MLA_LOAD = f"{MLA}.Eagle3DeepseekV2ForCausalLM.load_weights"
+MLA_SET_EMBED = f"{MLA}.Eagle3DeepseekV2ForCausalLM.set_embed"
 NORM_FIX_ENV = env_names.NORM_BEFORE_RESIDUAL
 
 
@@ -71,6 +79,43 @@ def eagle3_load_weights(original, self, weights, *args, **kwargs):
     seen, renamed = [], []
     result = original(self, _renamed(weights, seen, renamed), *args, **kwargs)
     draft = getattr(self.config, "_name_or_path", None) or "the draft checkpoint"
+    _keep_trained_embed(self, seen, draft)
+    _refuse_load_gaps(self, seen, draft, mla=False)
+    for line in renamed:
+        logger.info("drafter: %s (speculators' later-layer input norm)", line)
+    if getattr(self.config, "norm_before_residual", False):
+        if os.environ.get(NORM_FIX_ENV, "1") == "0":  # to measure what stock SGLang serves
+            logger.warning("drafter: norm_before_residual NOT honoured (%s=0)", NORM_FIX_ENV)
+        else:
+            self.model.layers[0].sglang_eagle3_norm_before_residual = True
+            logger.info("drafter: norm_before_residual honoured (residual = hidden_norm(fc))")
+    _permute_fc_for_plan(self.model)
+    _maybe_install_fused_fc(self.model)
+    return result
+
+
+def mla_load_weights(original, self, weights, *args, **kwargs):
+    """SGLang's MLA drafter: the same trained-embedding rule, load-gap refusal (its own names)
+    and fc permutation. The fused fc kernel is not installed here: it covers Llama-style
+    drafters only."""
+    seen: list[str] = []
+
+    def recorded():
+        for name, tensor in weights:
+            seen.append(name)
+            yield name, tensor
+
+    result = original(self, recorded(), *args, **kwargs)
+    draft = getattr(self.config, "_name_or_path", None) or "the draft checkpoint"
+    _keep_trained_embed(self, seen, draft)
+    _refuse_load_gaps(self, seen, draft, mla=True)
+    _permute_fc_for_plan(self.model)
+    return result
+
+
+def _keep_trained_embed(self, seen: list[str], draft: str) -> None:
+    """Mark a draft trained with its own embedding, so set_embed keeps it; refuse one whose
+    checkpoint lacks that embedding."""
     trained_embed = bool(getattr(self.config, "embed_requires_grad", False))
     has_embed = any(n.endswith("embed_tokens.weight") for n in seen)
     if trained_embed and not has_embed:
@@ -80,10 +125,15 @@ def eagle3_load_weights(original, self, weights, *args, **kwargs):
             path=draft,
             fix="save the draft with its trained embedding (or retrain with it frozen)",
         )
+    self.sglang_eagle3_own_embed = trained_embed
+
+
+def _refuse_load_gaps(self, seen: list[str], draft: str, *, mla: bool) -> None:
     exempt = {"model.embed_tokens.weight"}  # SGLang shares the target's (see set_embed)
     if getattr(self, "load_lm_head_from_target", False):
         exempt.add("lm_head.weight")
-    dropped, missing = load_gaps(seen, dict(self.named_parameters()), exempt=exempt)
+    params = dict(self.named_parameters())
+    dropped, missing = load_gaps(seen, params, exempt=exempt, mla=mla)
     if dropped or missing:
         parts = []
         if dropped:
@@ -93,29 +143,36 @@ def eagle3_load_weights(original, self, weights, *args, **kwargs):
         raise WiringError(
             "the served drafter would differ from the trained one (" + "; ".join(parts) + ")",
             path=draft,
-            fix="check the draft's tensor names against its config (speculators 0.9 or "
-            "SGLang-flat), or convert it with python -m sglang_eagle3.launch",
+            fix="check the draft's tensor names against its config (speculators 0.9, "
+            "SGLang-flat or Eagle3DeepseekV2), or convert it with python -m sglang_eagle3.launch",
         )
-    for line in renamed:
-        logger.info("drafter: %s (speculators' later-layer input norm)", line)
-    self.sglang_eagle3_own_embed = trained_embed
-    if getattr(self.config, "norm_before_residual", False):
-        if os.environ.get(NORM_FIX_ENV, "1") == "0":  # to measure what stock SGLang serves
-            logger.warning("drafter: norm_before_residual NOT honoured (%s=0)", NORM_FIX_ENV)
-        else:
-            self.model.layers[0].sglang_eagle3_norm_before_residual = True
-            logger.info("drafter: norm_before_residual honoured (residual = hidden_norm(fc))")
-    # The target model (and its capture hook) is built before the draft worker loads.
+
+
+def _target_plan():
+    """The capture plan the target applies. SGLang 0.5.23 loads the drafter before the target
+    sets its capture up (init_attention_backends runs after both loads), so the plan is
+    resolved here through the capture hook's own cache, from the target's config.json."""
     plan = process_plan()
+    if plan is not None:
+        return plan
+    from sglang.srt.runtime_context import get_server_args
+
+    model_path = getattr(get_server_args(), "model_path", None)
+    if not model_path or not Path(model_path).is_dir():
+        return None  # no server, or a hub id: only the capture hook can say
+    target = read_target(model_path)
+    return capture_plan(target.num_layers, target.hidden_size, target.family)[0]
+
+
+def _permute_fc_for_plan(model) -> None:
+    plan = _target_plan()
     if plan is not None and plan.needs_permutation:
-        permute_fc_blocks(self.model, plan.fc_block_order)
+        permute_fc_blocks(model, plan.fc_block_order)
         logger.info(
             "drafter fc: column blocks of taps %s moved to capture order (positions %s)",
             ", ".join(plan.taps),
             list(plan.fc_block_order),
         )
-    _maybe_install_fused_fc(self.model)
-    return result
 
 
 def eagle3_set_embed(original, self, embed):
@@ -144,4 +201,6 @@ HOOKS = [
     (EAGLE3_LOAD, eagle3_load_weights, HookType.AROUND),
     (EAGLE3_SET_EMBED, eagle3_set_embed, HookType.AROUND),
     (EAGLE3_LAYER, eagle3_layer_forward, HookType.AROUND),
+    (MLA_LOAD, mla_load_weights, HookType.AROUND),
+    (MLA_SET_EMBED, eagle3_set_embed, HookType.AROUND),
 ]
