@@ -13,10 +13,13 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from sglang.srt.plugins.hook_registry import HookType
 
 from sglang_eagle3 import env_names
+from sglang_eagle3.checkpoint.target_config import read_target
+from sglang_eagle3.errors import WiringError
 from sglang_eagle3.hooks.plan import resolve_plan
 from sglang_eagle3.hooks.rank_check import check_ranks_agree, plan_statement
 from sglang_eagle3.layout.capture_plan import CapturePlan, check_family
@@ -94,6 +97,14 @@ def configure_aux_hidden_state_capture(original, *args, **kwargs):
     n, hidden = config.num_hidden_layers, config.hidden_size
     family = family_for(target)
     plan, source = _plan(n, hidden, family)
+    predicted = _PROCESS_PLAN.get("predicted")
+    if predicted is not None and predicted != plan:  # the drafter's fc was ordered for it
+        raise WiringError(
+            f"{target}: the drafter was loaded for capture plan {predicted.log_line(target)}, "
+            f"but the target resolves {plan.log_line(target) if plan else 'stock capture'}",
+            path=source,
+            fix="pass --model-path as a local directory whose config.json is the model served",
+        )
     # every rank passes here, pipeline stages included: agree before anyone diverges
     ranks = check_ranks_agree(plan_statement(plan, target), _world_cpu_group())
     if plan is None:
@@ -112,8 +123,19 @@ def configure_aux_hidden_state_capture(original, *args, **kwargs):
 
 
 def process_plan() -> CapturePlan | None:
-    """The plan this process's target applied (the target is built before the drafter)."""
-    return _PROCESS_PLAN.get("plan")
+    """The plan this process's target applies. SGLang 0.5.23 loads the drafter before the
+    target sets its capture up (init_attention_backends runs after both loads), so until then
+    it is resolved from the target's config.json by the same cached function, and the capture
+    set-up refuses to apply any other."""
+    if "plan" in _PROCESS_PLAN:
+        return _PROCESS_PLAN["plan"]
+    model_path = getattr(_server_args(), "model_path", None)
+    if not model_path or not Path(model_path).is_dir():
+        return None  # no server, or a hub id: only the capture set-up can say
+    target = read_target(model_path)
+    plan = _plan(target.num_layers, target.hidden_size, target.family)[0]
+    _PROCESS_PLAN["predicted"] = plan
+    return plan
 
 
 HOOKS = [

@@ -11,16 +11,13 @@ HookRegistry by plugin.register().
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import torch
 from sglang.srt.plugins.hook_registry import HookType
 
 from sglang_eagle3 import env_names
 from sglang_eagle3.checkpoint.draft_weight_names import later_input_norm_layer, load_gaps
-from sglang_eagle3.checkpoint.target_config import read_target
 from sglang_eagle3.errors import WiringError
-from sglang_eagle3.hooks.capture import _plan as capture_plan
 from sglang_eagle3.hooks.capture import process_plan
 from sglang_eagle3.hooks.fc_permute import permute_fc_blocks
 from sglang_eagle3.log import get_logger
@@ -148,24 +145,8 @@ def _refuse_load_gaps(self, seen: list[str], draft: str, *, mla: bool) -> None:
         )
 
 
-def _target_plan():
-    """The capture plan the target applies. SGLang 0.5.23 loads the drafter before the target
-    sets its capture up (init_attention_backends runs after both loads), so the plan is
-    resolved here through the capture hook's own cache, from the target's config.json."""
-    plan = process_plan()
-    if plan is not None:
-        return plan
-    from sglang.srt.runtime_context import get_server_args
-
-    model_path = getattr(get_server_args(), "model_path", None)
-    if not model_path or not Path(model_path).is_dir():
-        return None  # no server, or a hub id: only the capture hook can say
-    target = read_target(model_path)
-    return capture_plan(target.num_layers, target.hidden_size, target.family)[0]
-
-
 def _permute_fc_for_plan(model) -> None:
-    plan = _target_plan()
+    plan = process_plan()
     if plan is not None and plan.needs_permutation:
         permute_fc_blocks(model, plan.fc_block_order)
         logger.info(
