@@ -205,6 +205,14 @@ def _head(sample: Sample, keep: int) -> Sample:
     )
 
 
+def progress_bar(total: int, progress: bool | None, unit: str = "tok"):
+    """A tqdm bar on stderr; ``progress`` None shows it only when stderr is a terminal."""
+    from tqdm import tqdm
+
+    disable = None if progress is None else not progress
+    return tqdm(total=total, file=sys.stderr, disable=disable, unit=unit, leave=False)
+
+
 def evaluate(
     draft: Eagle3Draft,
     samples: Iterable[Sample],
@@ -218,13 +226,9 @@ def evaluate(
 ) -> list[Result]:
     """Score every evaluable candidate on up to ``max_tokens`` draft positions, one sample in
     memory at a time. Results come in candidate order (not evaluable ones stay empty)."""
-    from tqdm import tqdm
-
     results = [Result(c) for c in candidates]
     live = [(c, r) for c, r in zip(candidates, results, strict=True) if c.indices is not None]
-    # progress None: tqdm shows the bar only when stderr is a terminal
-    disable = None if progress is None else not progress
-    bar = tqdm(total=max_tokens, file=sys.stderr, disable=disable, unit="tok", leave=False)
+    bar = progress_bar(max_tokens, progress)
     used = 0
     with bar:
         for sample in samples:

@@ -7,7 +7,9 @@ Face transformers) or from a live SGLang in capture mode (``--server``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sglang_eagle3.checkpoint.draft_spec import DraftSpec
 from sglang_eagle3.checkpoint.prestart import prestart_check
@@ -127,15 +129,19 @@ def _run(opts: DoctorOptions) -> Report:
     return report
 
 
+@dataclass(frozen=True)
 class Evidence:
     """What the scoring needs, whichever source gave it."""
 
-    def __init__(self, data, num_layers: int, lay: DraftLayouts, family: Family | None,
-                 stored: tuple[Tap, ...] | None, stored_source: str, candidates: list,
-                 source: dict, uses_head: bool) -> None:  # fmt: skip
-        self.data, self.num_layers, self.lay, self.family = data, num_layers, lay, family
-        self.stored, self.stored_source, self.candidates = stored, stored_source, candidates
-        self.source, self.uses_head = source, uses_head
+    data: Any  # TrainData or target_capture.CapturedData: .info and samples when iterated
+    num_layers: int
+    lay: DraftLayouts
+    family: Family | None
+    stored: tuple[Tap, ...] | None
+    stored_source: str
+    candidates: list
+    source: dict
+    uses_head: bool  # truth from the target's head on the verifier tap (else the samples')
 
 
 def _training_data(opts: DoctorOptions) -> Evidence:

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 
 import torch
 
+from sglang_eagle3.doctor.evaluate import progress_bar
 from sglang_eagle3.doctor.target_capture import (
     CapturedData,
-    _progress,
     captured_info,
     make_sample,
     scored_tokens,
@@ -49,7 +49,8 @@ class ServerClient:
             )
         self.url, self.timeout, self.bytes_in = url.rstrip("/"), timeout, 0
 
-    def _call(self, path: str, payload: dict | None = None) -> bytes:
+    def request(self, path: str, payload: dict | None = None) -> bytes:
+        """The raw body of GET ``path`` (no payload) or POST ``payload`` as JSON."""
         data = None if payload is None else json.dumps(payload).encode()
         method = "GET" if data is None else "POST"
         headers = {"Content-Type": "application/json"}
@@ -71,10 +72,10 @@ class ServerClient:
         return body
 
     def get(self, path: str) -> dict:
-        return json.loads(self._call(path))
+        return json.loads(self.request(path))
 
     def post(self, path: str, payload: dict) -> dict:
-        return json.loads(self._call(path, payload))
+        return json.loads(self.request(path, payload))
 
 
 class ServerHTTPError(WiringError):
@@ -133,7 +134,7 @@ def capture_from_server(
     flush = not client.get("/server_info").get("disable_radix_cache", False)
     samples, rows_seen, start = [], 0, time.monotonic()
     bytes_before, notes = client.bytes_in, []
-    bar = _progress(max_tokens, progress, "tok")
+    bar = progress_bar(max_tokens, progress)
     try:
         for i, text in enumerate(prompts):
             if scored_tokens(samples) >= max_tokens:
@@ -142,7 +143,7 @@ def capture_from_server(
                 notes.append(f"stopped after {i} prompts: --server-time-limit {time_limit:g} s")
                 break
             if flush:  # a cached prefix returns no rows for it; the draft needs every row
-                client._call("/flush_cache", {})
+                client.request("/flush_cache", {})
             ids = client.post("/tokenize", {"prompt": text, "add_special_tokens": True})["tokens"]
             # top-1 logprobs over the prompt: the target's greedy token at each prompt position
             out = client.post("/generate", {

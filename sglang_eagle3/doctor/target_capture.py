@@ -11,7 +11,6 @@ either, and the in-process and server sources give the same samples.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import torch
 
 from sglang_eagle3.data.train_data import DataInfo, Sample
+from sglang_eagle3.doctor.evaluate import progress_bar
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.layout.taps import Tap
 
@@ -86,13 +86,6 @@ def scored_tokens(samples: Sequence[Sample]) -> int:
     return sum(int(s.loss_mask.sum()) for s in samples)
 
 
-def _progress(total: int, progress: bool | None, unit: str):
-    from tqdm import tqdm
-
-    disable = None if progress is None else not progress
-    return tqdm(total=total, file=sys.stderr, disable=disable, unit=unit, leave=False)
-
-
 @torch.inference_mode()
 def capture_in_process(
     target_dir: str | Path,
@@ -123,7 +116,7 @@ def capture_in_process(
     index = [t.hf_index for t in taps]
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     samples: list[Sample] = []
-    bar = _progress(max_tokens, progress, "tok")
+    bar = progress_bar(max_tokens, progress)
     try:
         for i, text in enumerate(prompts):
             if scored_tokens(samples) >= max_tokens:
