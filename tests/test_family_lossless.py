@@ -8,9 +8,8 @@ losslessness and the capture plan do not depend on how many are accepted.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
+from sglang_checks import assert_lossless, generate
 
 from sglang_eagle3.testing.tiny import family_targets
 from sglang_eagle3.testing.tiny.random_speculators import write_random_speculators_draft
@@ -23,15 +22,6 @@ PROMPTS = ["def main(", "import os\n", "class Foo:", "for i in range(", "return 
 ARCH = {"llama": "LlamaForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
 
 
-def _generate(srv, text: str, n: int = 12) -> dict:
-    params = {"max_new_tokens": n, "temperature": 0}
-    return srv.post("/generate", {"text": text, "sampling_params": params})
-
-
-def _greedy(srv, text: str) -> list[int]:
-    return _generate(srv, text)["output_ids"]
-
-
 @pytest.mark.parametrize("family", sorted(ARCH))
 def test_eagle3_through_the_launcher_is_lossless(server_factory, family, tmp_path, figures):
     target = family_targets.tiny_family_target(family)
@@ -40,7 +30,7 @@ def test_eagle3_through_the_launcher_is_lossless(server_factory, family, tmp_pat
     )
     plain = server_factory(target, FP32, name=f"plain-{family}", cpu=False,
                            module="sglang_eagle3.launch")  # fmt: skip
-    want = {p: _greedy(plain, p) for p in PROMPTS}
+    want = {p: generate(plain, p)["output_ids"] for p in PROMPTS}
     plain.stop()  # one server at a time: two would share the two cores
     srv = server_factory(
         target,
@@ -54,12 +44,4 @@ def test_eagle3_through_the_launcher_is_lossless(server_factory, family, tmp_pat
     # ... and the served drafter's fc really was permuted (SGLang loads it before the target
     # sets its capture up, so this once silently did not happen)
     assert "drafter fc: column blocks of taps layer:5, embed, layer:2 moved to capture order" in log
-    outs = {p: _generate(srv, p) for p in PROMPTS}
-    assert all(o["meta_info"]["spec_verify_ct"] > 0 for o in outs.values())  # it speculated
-    got = {p: o["output_ids"] for p, o in outs.items()}
-    with ThreadPoolExecutor(8) as pool:
-        concurrent = list(pool.map(lambda p: _greedy(srv, p), PROMPTS))
-    same = sum(got[p] == want[p] for p in PROMPTS)
-    figures.record(f"{family}: EAGLE-3 prompts equal to plain greedy", f"{same} of {len(PROMPTS)}")
-    assert got == want
-    assert concurrent == [want[p] for p in PROMPTS]
+    assert_lossless(srv, PROMPTS, want, figures, family)

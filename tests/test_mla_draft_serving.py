@@ -9,9 +9,8 @@ how many are accepted.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
+from sglang_checks import assert_lossless, generate
 
 from sglang_eagle3.testing.tiny.random_mla_draft import write_random_mla_draft
 
@@ -21,15 +20,6 @@ EAGLE = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
 PROMPTS = ["def main(", "import os\n", "class Foo:", "for i in range(", "return self.",
            "if __name__ ==", "    def __init__(self", "# Copyright"]  # fmt: skip
 LAYOUT = ["layer:5", "embed", "layer:2"]
-
-
-def _generate(srv, text: str, n: int = 12) -> dict:
-    params = {"max_new_tokens": n, "temperature": 0}
-    return srv.post("/generate", {"text": text, "sampling_params": params})
-
-
-def _greedy(srv, text: str) -> list[int]:
-    return _generate(srv, text)["output_ids"]
 
 
 @pytest.mark.sglang
@@ -48,7 +38,7 @@ def test_mla_draft_through_the_launcher_is_lossless(server_factory, tiny_target,
     )
     plain = server_factory(tiny_target, FP32, name="plain", cpu=False,
                            module="sglang_eagle3.launch")  # fmt: skip
-    want = {p: _greedy(plain, p) for p in PROMPTS}
+    want = {p: generate(plain, p)["output_ids"] for p in PROMPTS}
     plain.stop()  # one server at a time: two would share the two cores
     srv = server_factory(
         tiny_target,
@@ -59,12 +49,4 @@ def test_mla_draft_through_the_launcher_is_lossless(server_factory, tiny_target,
     assert "capturing taps layer:5, embed, layer:2 (SGLang capture " in log
     assert "drafter fc: column blocks of taps layer:5, embed, layer:2 moved" in log
     assert "Eagle3 MLA: skipping unexpected weight" not in log
-    outs = {p: _generate(srv, p) for p in PROMPTS}
-    assert all(o["meta_info"]["spec_verify_ct"] > 0 for o in outs.values())  # it speculated
-    got = {p: o["output_ids"] for p, o in outs.items()}
-    with ThreadPoolExecutor(8) as pool:
-        concurrent = list(pool.map(lambda p: _greedy(srv, p), PROMPTS))
-    same = sum(got[p] == want[p] for p in PROMPTS)
-    figures.record("MLA draft: EAGLE-3 prompts equal to plain greedy", f"{same} of {len(PROMPTS)}")
-    assert got == want
-    assert concurrent == [want[p] for p in PROMPTS]
+    assert_lossless(srv, PROMPTS, want, figures, "MLA draft")

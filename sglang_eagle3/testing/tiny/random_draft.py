@@ -67,6 +67,11 @@ def write_random_flat_draft(
         "eagle_config": eagle_config,
         **(extra_config or {}),
     }
+    return write_draft_dir(out_dir, weights, config)
+
+
+def write_draft_dir(out_dir: Path | str, weights: dict, config: dict) -> Path:
+    """A draft checkpoint directory: model.safetensors and config.json."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in weights.items()}, str(out / "model.safetensors"))

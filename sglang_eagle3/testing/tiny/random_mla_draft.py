@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
 from sglang_eagle3.checkpoint.draft_schema_mla import MLA_ARCH
+from sglang_eagle3.testing.tiny.random_draft import write_draft_dir
 
 ROPE_KEYS = ("rope_theta", "rope_parameters", "rope_scaling", "rope_interleave")
 
@@ -111,8 +111,4 @@ def write_random_mla_draft(
         "eagle_config": eagle_config,
         **(extra_config or {}),
     }
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    save_file({k: t.contiguous() for k, t in weights.items()}, str(out / "model.safetensors"))
-    (out / "config.json").write_text(json.dumps(config, indent=2))
-    return out
+    return write_draft_dir(out_dir, weights, config)
