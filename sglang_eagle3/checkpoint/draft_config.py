@@ -1,7 +1,8 @@
 """The numbers a draft forward needs (``DraftArch``), from a draft's config.json in any
 supported format: the EAGLE-3 keys through ``draft_schema``, the Llama layer through
 ``LlamaLayer``, whose defaults are transformers' LlamaConfig defaults (speculators saves only
-what differs from them; tests/test_draft_schema.py keeps the two equal).
+what differs from them; tests/test_draft_schema.py keeps the two equal). An MLA draft
+(``Eagle3DeepseekV2ForCausalLM``) keeps its parsed ``MlaDraftConfig`` in ``DraftArch.mla``.
 
 Pure: the forward's torch and transformers bits (activation, rotary table) live next to it.
 """
@@ -15,6 +16,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from sglang_eagle3.checkpoint.config_json import read_draft_config_json
+from sglang_eagle3.checkpoint.draft_config_mla import mla_shapes
 from sglang_eagle3.checkpoint.draft_schema import (
     DraftFile,
     FcNorm,
@@ -24,6 +26,7 @@ from sglang_eagle3.checkpoint.draft_schema import (
     SpeculatorsDraftConfig,
     load_draft_file,
 )
+from sglang_eagle3.checkpoint.draft_schema_mla import MlaDraftConfig, is_mla_config
 from sglang_eagle3.checkpoint.prestart import VocabMap, VocabMaps, check_vocab_maps
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.layout.schema_base import JSON_STRICT, CheckedModel, SchemaModel
@@ -68,6 +71,8 @@ def load_draft_config(draft_dir: str | Path) -> DraftArch:
     """Parse ``draft_dir/config.json``; every problem is a WiringError naming the file."""
     where = str(Path(draft_dir) / "config.json")
     cfg = read_draft_config_json(draft_dir)
+    if is_mla_config(cfg):
+        return DraftArch.from_mla(MlaDraftConfig.load(cfg, path=where), path=where, raw=cfg)
     speculators = "speculators_model_type" in cfg
     f = load_draft_file(cfg, where, speculators=speculators)
     raw = cfg["transformer_layer_config"] if speculators else cfg
@@ -106,6 +111,11 @@ class DraftArch(CheckedModel):
         repr=False,
         description="The layer keys as config.json states them (for transformers' rotary).",
     )
+    mla: MlaDraftConfig | None = Field(
+        None,
+        repr=False,
+        description="An Eagle3DeepseekV2ForCausalLM draft's config (MLA attention); None: Llama.",
+    )
 
     @classmethod
     def from_file(
@@ -134,6 +144,36 @@ class DraftArch(CheckedModel):
             layer_config=dict(layer_config),
         )
 
+    @classmethod
+    def from_mla(cls, f: MlaDraftConfig, *, path: str, raw: Mapping[str, Any]) -> DraftArch:
+        """The forward's numbers for an MLA draft ``f`` (config.json ``raw``, at ``path``)."""
+        if f.vocab_size is None:
+            raise WiringError(
+                "vocab_size is missing; SGLang sizes the MLA draft's embedding from it",
+                path=path,
+                fix="set vocab_size to the target's vocabulary size",
+            )
+        return cls(
+            path=path,
+            format="flat",
+            hidden_size=f.hidden_size,
+            intermediate_size=f.intermediate_size,
+            num_heads=f.num_attention_heads,
+            num_kv_heads=f.num_attention_heads,
+            head_dim=f.qk_nope_head_dim + f.qk_rope_head_dim,
+            num_layers=f.num_hidden_layers,
+            rms_norm_eps=f.rms_norm_eps,
+            hidden_act=f.hidden_act,
+            vocab_size=f.vocab_size,
+            draft_vocab_size=f.draft_vocab_size or f.vocab_size,
+            target_hidden_size=f.declared_target_hidden,
+            num_aux=f.num_aux,
+            **f.flags().model_dump(),
+            tie_word_embeddings=f.tie_word_embeddings,
+            layer_config=dict(raw),
+            mla=f,
+        )
+
     @field_validator("hidden_act")
     @classmethod
     def _known_act(cls, value: str) -> str:
@@ -148,6 +188,17 @@ class DraftArch(CheckedModel):
                 f"num_attention_heads {self.num_heads} is not a multiple of "
                 f"num_key_value_heads {self.num_kv_heads}",
                 path=self.path,
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _mla_has_no_input_norm(self) -> DraftArch:
+        if self.mla is not None and self.norm_before_fc:
+            raise WiringError(
+                "norm_before_fc is set, but SGLang 0.5.23's Eagle3DeepseekV2ForCausalLM has "
+                "no input_norm: it would feed the fc un-normed taps",
+                path=self.path,
+                fix="serve this draft as trained elsewhere, or retrain without norm_before_fc",
             )
         return self
 
@@ -168,6 +219,8 @@ def expected_shapes(c: DraftArch) -> dict[str, tuple[int, ...]]:
         "norm.weight": (c.hidden_size,),
         "lm_head.weight": (c.draft_vocab_size, c.hidden_size),
     }
+    if c.mla is not None:
+        return {**expect, **mla_shapes(c.mla, c.num_aux)}
     q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
     for i in range(c.num_layers):
         width = 2 * c.hidden_size if i == 0 else c.hidden_size

@@ -31,7 +31,7 @@ from pathlib import Path
 from sglang_eagle3.checkpoint.config_json import read_draft_config_json
 from sglang_eagle3.checkpoint.draft_layout import LayoutArg, Resolved, Target, resolve_layout
 from sglang_eagle3.checkpoint.draft_schema import FLAT_ARCH, DraftFile, load_draft_file
-from sglang_eagle3.checkpoint.draft_schema_mla import MLA_ARCH, MlaDraftConfig
+from sglang_eagle3.checkpoint.draft_schema_mla import MLA_ARCH, MlaDraftConfig, is_mla_config
 from sglang_eagle3.checkpoint.draft_spec import DraftSpec
 from sglang_eagle3.checkpoint.safetensors_header import (
     TensorInfo,
@@ -111,9 +111,9 @@ def _detect_format(cfg: dict, tensors: dict[str, TensorInfo], where: str) -> str
                 path=where,
             )
         return "speculators"
-    archs = cfg.get("architectures")
-    if isinstance(archs, list) and MLA_ARCH in archs:
+    if is_mla_config(cfg):
         return "sglang-mla"
+    archs = cfg.get("architectures")
     if not isinstance(archs, list) or FLAT_ARCH not in archs:
         raise WiringError(
             f"architectures is {archs!r}: not an EAGLE-3 draft this tool can read",

@@ -42,6 +42,12 @@ from sglang_eagle3.errors import WiringError
 MLA_ARCH = "Eagle3DeepseekV2ForCausalLM"  # SGLang 0.5.23's MLA drafter (kimi_k25_eagle3.py)
 
 
+def is_mla_config(cfg: dict) -> bool:
+    """A parsed config.json of SGLang's MLA drafter (by its ``architectures``)."""
+    archs = cfg.get("architectures")
+    return isinstance(archs, list) and MLA_ARCH in archs
+
+
 class MlaDraftConfig(FlatDraftConfig):
     """An ``Eagle3DeepseekV2ForCausalLM`` config.json (SGLang-flat, or TorchSpec's forms)."""
 
@@ -56,6 +62,12 @@ class MlaDraftConfig(FlatDraftConfig):
     v_head_dim: int = Field(ge=1, description="Per-head value width.")
     intermediate_size: int = Field(ge=1, description="The dense MLP's width.")
     tie_word_embeddings: bool = Field(False, description="lm_head is embed_tokens.")
+    # DeepseekV3Config's defaults: SGLang builds the draft's config from it (kimi_k2 maps there)
+    rms_norm_eps: float = Field(1e-6, gt=0, description="Every RMSNorm's epsilon.")
+    hidden_act: str = Field("silu", description="The dense MLP's activation.")
+    rope_interleave: bool = Field(
+        True, description="Rope on interleaved pairs (SGLang: is_neox_style = not this)."
+    )
     eagle_aux_hidden_state_layer_ids: list[int] | None = Field(
         None, description="Top-level ids: SGLang's MLA fc counts them when eagle_config has none."
     )

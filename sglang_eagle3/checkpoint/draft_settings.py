@@ -62,6 +62,9 @@ def draft_settings(
         )
     )
     for name in ("norm_before_fc", "fc_norm", "norm_output"):
+        if name == "norm_before_fc" and s.norm_before_fc and s.format == MLA_FORMAT:
+            rows.append(_mla_norm_before_fc())
+            continue
         rows.append(Setting(name, str(getattr(s, name)).lower(), OK, OK, OK))
     if s.format == MLA_FORMAT:
         rows.append(_mla_drafter())
@@ -145,6 +148,17 @@ def _mla_drafter() -> Setting:
         "SGLang's kimi_k25_eagle3; fc never permuted, skipped tensors only logged",
         f"{OK} (SGLang's own drafter; plugin: fc permuted to capture order, load gaps refused)",
         OK,
+    )
+
+
+def _mla_norm_before_fc() -> Setting:
+    # Eagle3MLAModel builds no input_norm and reads no norm_before_fc: the fc gets raw taps
+    return Setting(
+        "norm_before_fc",
+        "true",
+        "ignored (Eagle3DeepseekV2 has no input_norm)",
+        "refused: no hook adds input_norm to SGLang's MLA drafter",
+        REFUSED,
     )
 
 

@@ -38,15 +38,17 @@ def attention(
     rows: torch.Tensor,  # [R] positions (indices into the sequence)
     cache: LayerCache,
     later_rows: list[torch.Tensor] | None = None,  # per later step: [R] slot each query reads
-) -> torch.Tensor:  # [H, R, D]
+    *,
+    scale: float | None = None,  # softmax scale; None: D^-0.5
+) -> torch.Tensor:  # [H, R, Dv] (an MLA draft's value width may differ from D)
     heads, n_rows, dim = q.shape
     rep = heads // cache.k0.shape[0]
     k0 = cache.k0.repeat_interleave(rep, 0).float()  # [H, T, D]
     v0 = cache.v0.repeat_interleave(rep, 0).float()
     later = [(k.repeat_interleave(rep, 0), v.repeat_interleave(rep, 0)) for k, v in cache.later]
-    t_len, scale = k0.shape[1], dim**-0.5
+    t_len, scale = k0.shape[1], dim**-0.5 if scale is None else scale
     kv_pos = torch.arange(t_len, device=q.device)
-    out = torch.empty_like(q)
+    out = q.new_empty(heads, n_rows, v0.shape[-1])
     for s in range(0, n_rows, _Q_CHUNK):
         e = min(s + _Q_CHUNK, n_rows)
         qc, r = q[:, s:e].float(), rows[s:e]

@@ -8,6 +8,8 @@ One draft step, for each position t of a sequence:
   x   = cat([input_layernorm(embed(id_t)), hidden_norm(h)])      -> first layer's q/k/v
   res = h (SGLang) or hidden_norm(h) when ``norm_before_residual`` (speculators' default)
   h'  = Llama attention + MLP (residual adds), more layers if any; logits = lm_head(norm(h'))
+        (an MLA draft, SGLang's ``kimi_k25_eagle3.py``: one layer, DeepSeek-V2 multi-latent
+         attention in its place, see draft_mla)
   draft token (target id) = argmax + d2t[argmax]
 
 Later steps (chain drafting) feed the previous step's own token and its pre-norm output ``h'``
@@ -36,6 +38,7 @@ from sglang_eagle3.checkpoint.draft_config import (
 )
 from sglang_eagle3.checkpoint.draft_weights import RowTable, find_tensor, load_tensors, stored_dtype
 from sglang_eagle3.doctor.draft_attention import LayerCache, attention
+from sglang_eagle3.doctor.draft_mla import mla_qkv, mla_rotary, mla_softmax_scale
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.ops.rms_norm import rms_norm as _rms_norm
 
@@ -89,7 +92,8 @@ class Eagle3Draft:
         check_weights(config, weights, embed)
         self.dtype = weights["fc.weight"].dtype
         self.device = weights["fc.weight"].device
-        self.rope = rotary_embedding(c).to(self.device)
+        self.rope = (mla_rotary(c) if c.mla else rotary_embedding(c)).to(self.device)
+        self.scale = mla_softmax_scale(c) if c.mla else c.head_dim**-0.5
         d2t = weights.get("d2t")
         self.hot_ids = (
             None if d2t is None else d2t.long() + torch.arange(len(d2t), device=d2t.device)
@@ -136,33 +140,44 @@ class Eagle3Draft:
         i: int,
         x: torch.Tensor,  # [R, 2*hidden] for layer 0, else [R, hidden]
         residual: torch.Tensor,  # [R, hidden]
-        cos_sin: tuple[torch.Tensor, torch.Tensor],  # [1, R, head_dim] each
+        cos_sin: tuple[torch.Tensor, torch.Tensor],  # [1, R, rope width] each
         rows: torch.Tensor,  # [R]
         cache: LayerCache,
         tree: tuple[torch.Tensor, int, list[torch.Tensor]] | None = None,
     ) -> torch.Tensor:
         """``tree``: (slots [R], buffer size, per later step the [R] slots read): a draft
         tree's branches keep their keys apart (see draft_tree)."""
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
         c, p = self.config, f"layers.{i}."
         n = x.shape[0]
-        q = self._linear(x, p + "self_attn.q_proj").view(n, c.num_heads, c.head_dim)
-        k = self._linear(x, p + "self_attn.k_proj").view(n, c.num_kv_heads, c.head_dim)
-        v = self._linear(x, p + "self_attn.v_proj").view(n, c.num_kv_heads, c.head_dim)
-        q, k = apply_rotary_pos_emb(q.transpose(0, 1)[None], k.transpose(0, 1)[None], *cos_sin)
+        q, k, v = mla_qkv(c, self.w, x, cos_sin) if c.mla else self._llama_qkv(p, x, cos_sin)
         if tree is None:
-            cache.add(k[0], v.transpose(0, 1), rows)
-            attn = attention(q[0], rows, cache)
+            cache.add(k, v, rows)
+            attn = attention(q, rows, cache, scale=self.scale)
         else:
             slots, size, read = tree
-            cache.add(k[0], v.transpose(0, 1), slots, size)
-            attn = attention(q[0], rows, cache, read)
+            cache.add(k, v, slots, size)
+            attn = attention(q, rows, cache, read, scale=self.scale)
         attn = attn.transpose(0, 1).reshape(n, -1)
         h = residual + self._linear(attn, p + "self_attn.o_proj")
         m = rms_norm(h, self.w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
         gate, up = self._linear(m, p + "mlp.gate_proj"), self._linear(m, p + "mlp.up_proj")
         return h + self._linear(act(c.hidden_act, gate) * up, p + "mlp.down_proj")
+
+    def _llama_qkv(
+        self,
+        p: str,
+        x: torch.Tensor,  # [R, 2*hidden] for layer 0, else [R, hidden]
+        cos_sin: tuple[torch.Tensor, torch.Tensor],  # [1, R, head_dim] each
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """-> q [H, R, D], k and v [Hkv, R, D], rope applied (Llama's, rotate-half)."""
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+        c, n = self.config, x.shape[0]
+        q = self._linear(x, p + "self_attn.q_proj").view(n, c.num_heads, c.head_dim)
+        k = self._linear(x, p + "self_attn.k_proj").view(n, c.num_kv_heads, c.head_dim)
+        v = self._linear(x, p + "self_attn.v_proj").view(n, c.num_kv_heads, c.head_dim)
+        q, k = apply_rotary_pos_emb(q.transpose(0, 1)[None], k.transpose(0, 1)[None], *cos_sin)
+        return q[0], k[0], v.transpose(0, 1)
 
     def _linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
         return F.linear(x, self.w[name + ".weight"], self.w.get(name + ".bias"))
