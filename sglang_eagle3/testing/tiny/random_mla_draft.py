@@ -75,13 +75,16 @@ def write_random_mla_draft(
     d2t: bool = False,
     seed: int = 0,
     extra_config: dict | None = None,
+    tensors: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """Write config.json + model.safetensors; ``eagle_config`` is written as given (its ids or
     layout: ``{"hidden_state_layout": [...]}``, ``{"eagle_aux_hidden_state_layer_ids": [...]}``).
-    SGLang sizes the fc from the eagle_config ids (else 3), so ``num_aux`` must agree."""
+    SGLang sizes the fc from the eagle_config ids (else 3), so ``num_aux`` must agree.
+    ``tensors`` replace the random ones of the same names (a trained draft's)."""
     target = json.loads((Path(target_dir) / "config.json").read_text())
     h, vocab = target["hidden_size"], target["vocab_size"]
     weights = mla_draft_weights(target, num_aux=num_aux, fc_norm=fc_norm, d2t=d2t, seed=seed)
+    weights.update(tensors or {})
     config = {
         "architectures": [MLA_ARCH],
         "model_type": "kimi_k2",  # TorchSpec's; SGLang maps it to DeepseekV3Config
