@@ -52,3 +52,22 @@ def test_sglang_mla_drafter_matches_the_reference(tiny_target, tmp_path, figures
     if eagle31:
         assert got["fc_norm dropped"]["max_abs_diff"] > 1e-2, got
     assert "Eagle3 MLA: skipping unexpected weight" not in proc.stderr
+    assert "drafter fc: eagle3_fused_fc not installed on Eagle3DeepseekV2ForCausalLM" in proc.stderr
+
+
+@pytest.mark.parametrize("flag", ["norm_before_fc", "norm_before_residual"])
+def test_settings_sglangs_mla_drafter_cannot_serve_are_refused_at_load(tiny_target, tmp_path, flag):
+    """Stock SGLang would serve these drafts without the setting (Eagle3MLAModel has no
+    input_norm; its residual is the un-normed fc output): the plugin refuses them."""
+    draft = write_random_mla_draft(
+        tmp_path / "draft", tiny_target, eagle_config=LAYOUT,
+        extra_config={"embed_requires_grad": True, flag: True},
+    )  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(draft), str(tiny_target), str(tmp_path / "o.json")],
+        env=harness_env(), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert f"{flag} is true, but SGLang 0.5.23's Eagle3DeepseekV2ForCausalLM cannot serve it" in (
+        proc.stderr
+    )

@@ -193,6 +193,23 @@ def test_trained_settings_rows_cover_the_mla_drafter(make, nbr):
     assert rows["norm_before_residual"].status == (REFUSED if nbr else "honoured")
 
 
+@pytest.mark.parametrize("nbf", [False, True], ids=["plain", "norm_before_fc"])
+def test_norm_before_fc_on_an_mla_drafter_is_refused(make, nbf):
+    from sglang_eagle3.checkpoint.draft_config import load_draft_config
+
+    draft = make({"hidden_state_layout": ["embed", "layer:2", "layer:5"]},
+                 extra_config={"norm_before_fc": nbf})  # fmt: skip
+    rows = {r.name: r for r in draft_settings(_read(draft, 8), family=DEEPSEEK)}
+    assert rows["norm_before_fc"].status == (REFUSED if nbf else "honoured")
+    if nbf:  # SGLang's Eagle3MLAModel has no input_norm: the doctor will not score it either
+        assert "no input_norm" in rows["norm_before_fc"].stock
+        with pytest.raises(WiringError, match="has no input_norm"):
+            load_draft_config(draft)
+    else:
+        arch = load_draft_config(draft)
+        assert arch.mla is not None and arch.head_dim == 64 and arch.num_layers == 1
+
+
 def test_torchspec_training_config_shape_reads(make):
     # the keys of TorchSpec's configs/draft_models/kimi_k3_eagle3_mla.json (scaled down):
     # extra eagle_config switches and a legacy "type": "yarn" rope_scaling are not in the way

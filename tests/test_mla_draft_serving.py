@@ -49,4 +49,5 @@ def test_mla_draft_through_the_launcher_is_lossless(server_factory, tiny_target,
     assert "capturing taps layer:5, embed, layer:2 (SGLang capture " in log
     assert "drafter fc: column blocks of taps layer:5, embed, layer:2 moved" in log
     assert "Eagle3 MLA: skipping unexpected weight" not in log
+    assert "drafter fc: eagle3_fused_fc not installed on Eagle3DeepseekV2ForCausalLM" in log
     assert_lossless(srv, PROMPTS, want, figures, "MLA draft")

@@ -93,8 +93,10 @@ def eagle3_load_weights(original, self, weights, *args, **kwargs):
 
 def mla_load_weights(original, self, weights, *args, **kwargs):
     """SGLang's MLA drafter: the same trained-embedding rule, load-gap refusal (its own names)
-    and fc permutation. The fused fc kernel is not installed here: it covers Llama-style
-    drafters only."""
+    and fc permutation; settings it cannot serve are refused. The fused fc kernel is not
+    installed here, and the log says why (``MLA_NOT_COVERED``)."""
+    draft = getattr(self.config, "_name_or_path", None) or "the draft checkpoint"
+    _refuse_unserved_mla_flags(self.config, draft)
     seen: list[str] = []
 
     def recorded():
@@ -103,11 +105,28 @@ def mla_load_weights(original, self, weights, *args, **kwargs):
             yield name, tensor
 
     result = original(self, recorded(), *args, **kwargs)
-    draft = getattr(self.config, "_name_or_path", None) or "the draft checkpoint"
     _keep_trained_embed(self, seen, draft)
     _refuse_load_gaps(self, seen, draft, mla=True)
     _permute_fc_for_plan(self.model)
+    from sglang_eagle3.ops.eagle3_fused_fc_patch import MLA_NOT_COVERED
+
+    logger.info("drafter fc: %s", MLA_NOT_COVERED)
     return result
+
+
+def _refuse_unserved_mla_flags(config, draft: str) -> None:
+    """Eagle3MLAModel has no input_norm and keeps the un-normed fc output as the residual: a
+    draft trained with norm_before_fc or norm_before_residual would be served otherwise."""
+    eagle = getattr(config, "eagle_config", None) or {}
+    eagle = eagle if isinstance(eagle, dict) else vars(eagle)
+    for flag in ("norm_before_fc", "norm_before_residual"):
+        if getattr(config, flag, False) or eagle.get(flag):
+            raise WiringError(
+                f"{flag} is true, but SGLang 0.5.23's Eagle3DeepseekV2ForCausalLM cannot "
+                "serve it (no input_norm; its residual is the un-normed fc output)",
+                path=draft,
+                fix="retrain the MLA draft without it, or serve a Llama-style draft",
+            )
 
 
 def _keep_trained_embed(self, seen: list[str], draft: str) -> None:

@@ -32,6 +32,14 @@ import torch
 from sglang_eagle3.ops.eagle3_fused_fc import eagle3_fused_fc
 from sglang_eagle3.ops.eagle3_fused_fc_dispatch import use_fused
 
+# Why SGLang's MLA drafter (kimi_k25_eagle3.Eagle3MLAModel) keeps its own fc block: there the
+# fc is a tensor-parallel ColumnParallelLinear (returns (out, bias), holds a weight shard, may
+# carry a quant method) followed by a multimem all-gather; this patch replaces an nn.Linear.
+MLA_NOT_COVERED = (
+    "eagle3_fused_fc not installed on Eagle3DeepseekV2ForCausalLM: its fc is a tensor-parallel "
+    "ColumnParallelLinear, the kernel's patch covers LlamaForCausalLMEagle3's nn.Linear block; "
+    "fc_norm + fc run as SGLang's own modules"
+)
 _FLAG = "_eagle3_fused_fc_installed"
 _CACHE = "_eagle3_fused_fc_tap_weights"
 
