@@ -14,7 +14,6 @@ counts positions from 0, the reference from 1 (RoPE only sees offsets).
 
 import json
 import sys
-import types
 
 import torch
 from sglang.srt.plugins import load_plugins
@@ -22,7 +21,7 @@ from sglang.srt.plugins import load_plugins
 load_plugins()  # the CPU harness and this project's plugin
 
 import sglang.benchmark.one_batch as ob  # noqa: E402
-from one_batch_runner import load_runner  # noqa: E402
+from one_batch_runner import draft_extend_batch, load_runner  # noqa: E402
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode  # noqa: E402
 from sglang.srt.server_args import ServerArgs  # noqa: E402
 
@@ -47,34 +46,7 @@ def inputs() -> list[tuple[list[int], torch.Tensor]]:
 def work(server_args, port_args, bench_args, gpu_id, tp_rank):
     runner = load_runner(server_args, port_args, gpu_id, tp_rank).torch_runner
     data = inputs()
-    params = ob.SamplingParams(temperature=0, max_new_tokens=1)
-    reqs = []
-    for i, (ids, _hs) in enumerate(data):
-        req = ob.Req(rid=i, origin_input_text="", origin_input_ids=ob.array("q", ids),
-                     sampling_params=params)  # fmt: skip
-        req.full_untruncated_fill_ids = req.origin_input_ids
-        req.logprob_start_len = -1
-        req.extend_end = len(ids)
-        reqs.append(req)
-    tree = ob.TreeCacheNamespace(
-        page_size=ob.get_schedule().page_size,
-        device=runner.device,
-        token_to_kv_pool_allocator=runner.token_to_kv_pool_allocator,
-    )
-    batch = ob.ScheduleBatch.init_new(
-        reqs=reqs,
-        req_to_token_pool=runner.req_to_token_pool,
-        token_to_kv_pool_allocator=runner.token_to_kv_pool_allocator,
-        tree_cache=tree,
-        model_config=runner.model_config,
-        enable_overlap=False,
-        spec_algorithm=ob.SpeculativeAlgorithm.NONE,
-    )
-    batch.prepare_for_extend()
-    if batch.input_ids is None and getattr(batch, "prefill_input_ids_cpu", None) is not None:
-        batch.input_ids = batch.prefill_input_ids_cpu
-    fb = ob.ForwardBatch.init_new(batch, runner, return_hidden_states_before_norm=False)
-    fb.spec_info = types.SimpleNamespace(hidden_states=torch.cat([hs for _, hs in data]))
+    fb = draft_extend_batch(runner, data)
     fb.capture_hidden_mode = CaptureHiddenMode.LAST  # the hidden state the next step gets
     with torch.no_grad():
         out = runner.forward(fb).logits_output

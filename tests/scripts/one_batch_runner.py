@@ -18,3 +18,42 @@ def load_runner(server_args, port_args, gpu_id, tp_rank):
     ob._init_process_global_configs()
     runner, _tokenizer = ob.load_model(server_args, port_args, gpu_id, tp_rank)
     return runner
+
+
+def draft_extend_batch(runner, data):
+    """The drafter's first step as SGLang's EAGLE worker runs it: one extend per request of
+    ``data`` ((input ids, fc input [L, num_aux * target_hidden]) pairs), the taps packed in
+    ``forward_batch.spec_info.hidden_states`` in request order. Returns the ForwardBatch."""
+    import types
+
+    import torch
+
+    params = ob.SamplingParams(temperature=0, max_new_tokens=1)
+    reqs = []
+    for i, (ids, _hs) in enumerate(data):
+        req = ob.Req(rid=i, origin_input_text="", origin_input_ids=ob.array("q", ids),
+                     sampling_params=params)  # fmt: skip
+        req.full_untruncated_fill_ids = req.origin_input_ids
+        req.logprob_start_len = -1
+        req.extend_end = len(ids)
+        reqs.append(req)
+    tree = ob.TreeCacheNamespace(
+        page_size=ob.get_schedule().page_size,
+        device=runner.device,
+        token_to_kv_pool_allocator=runner.token_to_kv_pool_allocator,
+    )
+    batch = ob.ScheduleBatch.init_new(
+        reqs=reqs,
+        req_to_token_pool=runner.req_to_token_pool,
+        token_to_kv_pool_allocator=runner.token_to_kv_pool_allocator,
+        tree_cache=tree,
+        model_config=runner.model_config,
+        enable_overlap=False,
+        spec_algorithm=ob.SpeculativeAlgorithm.NONE,
+    )
+    batch.prepare_for_extend()
+    if batch.input_ids is None and getattr(batch, "prefill_input_ids_cpu", None) is not None:
+        batch.input_ids = batch.prefill_input_ids_cpu
+    fb = ob.ForwardBatch.init_new(batch, runner, return_hidden_states_before_norm=False)
+    fb.spec_info = types.SimpleNamespace(hidden_states=torch.cat([hs for _, hs in data]))
+    return fb
