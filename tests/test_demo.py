@@ -21,7 +21,7 @@ def test_demo_orders_accept_lengths_and_stays_lossless(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     rows = {r["name"]: r for r in result["rows"]}
-    assert list(rows) == ["plain", "stock-wiring", "declared-layout"]
+    assert list(rows) == ["plain", "stock-wiring", "declared-layout", "declared-layout-mla"]
     assert all(r["lossless"] for r in rows.values()), "speculative output must equal plain"
     assert rows["plain"]["accept_length"] is None
     stock, declared = (
@@ -36,3 +36,10 @@ def test_demo_orders_accept_lengths_and_stays_lossless(tmp_path):
         predicted,
     )
     assert "| declared-layout |" in proc.stdout
+    # the tiny MLA drafter (Eagle3DeepseekV2) through the launcher, and the doctor on it
+    mla, mla_predicted = (
+        rows["declared-layout-mla"]["accept_length"],
+        result["mla_predicted_accept_length"],
+    )
+    assert mla > 1.5 and abs(mla - mla_predicted) / mla_predicted < 0.15, (mla, mla_predicted)
+    assert "| declared-layout-mla |" in proc.stdout and "MLA drafter: served" in proc.stdout

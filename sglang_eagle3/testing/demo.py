@@ -7,8 +7,12 @@ and measures each with the same greedy prompts:
   stock-wiring     EAGLE-3 as stock SGLang 0.5.23 wires this drafter: it ignores the
                    speculators top-level ids and captures its default taps
   declared-layout  EAGLE-3 through `python -m sglang_eagle3.launch` (this plugin)
+  declared-layout-mla  the same, with a tiny MLA drafter (Eagle3DeepseekV2ForCausalLM, as
+                   TorchSpec trains for Kimi-K2.x), trained through the doctor's reference
+                   forward on the same taps (--no-mla-row leaves it out)
 The EAGLE-3 servers draft 3 steps, topk 2, 6 draft tokens (a small tree; --topk 1 for a chain).
-The doctor's prediction replays the plain server's greedy outputs, drafted the same way.
+The doctor's prediction replays the plain server's greedy outputs, drafted the same way,
+for each drafter.
 """
 
 from __future__ import annotations
@@ -94,13 +98,13 @@ def measure(name, target, extra, log_dir, texts, max_new, *, module, env=None) -
     }
 
 
-def doctor_prediction(drafter, spec: tuple[int, int, int], data: Path) -> dict:
+def doctor_prediction(draft: Path, target: Path, spec: tuple[int, int, int], data: Path) -> dict:
     """The doctor on ``data`` (the target's hidden states over what the plain server
     generated): its replay accept length walks the sequences the servers verified."""
     import subprocess
 
-    argv = [sys.executable, "-m", "sglang_eagle3.doctor", "--draft", str(drafter.draft_dir),
-            "--data", str(data), "--target", str(drafter.target_dir), "--json", "--no-progress",
+    argv = [sys.executable, "-m", "sglang_eagle3.doctor", "--draft", str(draft),
+            "--data", str(data), "--target", str(target), "--json", "--no-progress",
             "--steps", str(spec[0]), "--topk", str(spec[1]), "--draft-tokens",
             str(spec[2])]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
@@ -128,6 +132,7 @@ def run(
     work: Path,
     norm_fix_off_row: bool = False,
     spec: tuple[int, int, int] = (3, 2, 6),
+    mla_row: bool = True,
 ) -> dict:
     from sglang_eagle3.testing.tiny.drafter import tiny_drafter
 
@@ -176,6 +181,15 @@ def run(
                     str(work / "drafts")], work, texts, max_new, module="sglang_eagle3.launch",
                     env={env_names.NORM_BEFORE_RESIDUAL: "0"})
         )  # fmt: skip
+    if mla_row:
+        from sglang_eagle3.testing.tiny.mla_drafter import tiny_mla_drafter
+
+        mla = tiny_mla_drafter()
+        rows.append(
+            measure("declared-layout-mla", target, ["--cpu", *cpu, *flags,
+                    "--speculative-draft-model-path", str(mla)], work, texts, max_new,
+                    module="sglang_eagle3.launch")
+        )  # fmt: skip
     plain = rows[0]
     for row in rows:
         row["lossless"] = row["output_ids"] == plain["output_ids"]
@@ -183,11 +197,13 @@ def run(
     from sglang_eagle3.testing.tiny.replay_data import write_replay_data
 
     data = write_replay_data(target, texts, plain["output_ids"], work / "replay-data")
-    doctor = doctor_prediction(drafter, spec, data)
+    doctor = doctor_prediction(drafter.draft_dir, target, spec, data)
+    mla_doctor = doctor_prediction(mla, target, spec, data) if mla_row else {"replay": None}
     return {
         "rows": rows,
         "predicted_accept_length": doctor["replay"],
         "doctor_chain_accept_length": doctor["chain"],
+        "mla_predicted_accept_length": mla_doctor["replay"],
         "prompts": len(texts),
         "max_new_tokens": max_new,
         "speculative": dict(
@@ -220,6 +236,12 @@ def table(result: dict) -> str:
         lines.append(f"served vs predicted: {100 * (declared / pred - 1):+.1f} %")
     if declared and stock:
         lines.append(f"declared layout's accept length / stock wiring's: {declared / stock:.2f}x")
+    mla, mla_pred = served.get("declared-layout-mla"), result.get("mla_predicted_accept_length")
+    if mla and mla_pred:
+        lines.append(
+            f"MLA drafter: served {mla:.2f}, doctor's replay {mla_pred:.2f} "
+            f"({100 * (mla / mla_pred - 1):+.1f} %)"
+        )
     return "\n".join(lines)
 
 
@@ -237,6 +259,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="add a 4th server: the declared layout without honouring norm_before_residual",
     )
+    p.add_argument(
+        "--mla-row",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve the tiny MLA drafter too (Eagle3DeepseekV2ForCausalLM; default: yes)",
+    )
     p.add_argument("--steps", type=int, default=3, help="--speculative-num-steps (3)")
     p.add_argument("--topk", type=int, default=2, help="--speculative-eagle-topk (2: a tree)")
     p.add_argument(
@@ -250,7 +278,12 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sglang-eagle3-demo-") as work:
         result = run(
-            args.prompts, args.max_new_tokens, Path(work), args.norm_fix_off_row, spec=spec
+            args.prompts,
+            args.max_new_tokens,
+            Path(work),
+            args.norm_fix_off_row,
+            spec=spec,
+            mla_row=args.mla_row,
         )
     print(table(result))
     minutes, seconds = divmod(round(time.monotonic() - start), 60)
@@ -266,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             ],
             "predicted_accept_length": result["predicted_accept_length"],
             "doctor_chain_accept_length": result["doctor_chain_accept_length"],
+            "mla_predicted_accept_length": result["mla_predicted_accept_length"],
             "speculative": result["speculative"],
         }
         args.json.write_text(json.dumps(slim, indent=2))
