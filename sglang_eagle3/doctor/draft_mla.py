@@ -45,6 +45,7 @@ def mla_config(c: DraftArch):  # -> transformers.DeepseekV3Config
         return DeepseekV3Config(
             hidden_size=f.hidden_size,
             num_attention_heads=f.num_attention_heads,
+            num_key_value_heads=f.num_attention_heads,  # MLA: every head reads the latent
             q_lora_rank=f.q_lora_rank,
             kv_lora_rank=f.kv_lora_rank,
             qk_nope_head_dim=f.qk_nope_head_dim,
