@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +28,9 @@ from sglang_eagle3.checkpoint.draft_schema_mla import MlaDraftConfig
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.ops.rms_norm import rms_norm as _rms_norm
 
+if TYPE_CHECKING:
+    from transformers import DeepseekV3Config
+
 rms_norm = partial(_rms_norm, cast_before_weight=True)  # as draft_forward's (HF's LlamaRMSNorm)
 
 _ROPE_KEYS = (
@@ -34,7 +38,7 @@ _ROPE_KEYS = (
 )  # fmt: skip
 
 
-def mla_config(c: DraftArch):  # -> transformers.DeepseekV3Config
+def mla_config(c: DraftArch) -> DeepseekV3Config:
     """The draft's numbers as transformers' DeepseekV3Config (rope parameters standardised as
     SGLang's process reads them: ``kimi_k2`` maps to DeepseekV3Config there)."""
     from transformers import DeepseekV3Config
