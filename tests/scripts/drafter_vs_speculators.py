@@ -22,9 +22,7 @@ from sglang.srt.plugins import load_plugins
 
 load_plugins()  # the CPU harness (and this project's plugin unless SGLANG_PLUGINS drops it)
 
-import sglang.benchmark.one_batch as ob  # noqa: E402
-from one_batch_runner import draft_extend_batch, load_runner  # noqa: E402
-from sglang.srt.server_args import ServerArgs  # noqa: E402
+from one_batch_runner import draft_extend_batch, load_runner, run_first_draft_step  # noqa: E402
 
 from sglang_eagle3.data.train_data import TrainData  # noqa: E402
 
@@ -86,14 +84,7 @@ def speculators_logits(data) -> list[list[float]]:
     return rows
 
 
-ob.correctness_test = work
-server_args = ServerArgs(
-    model_path=FLAT, device="cpu", dtype="float32", attention_backend="torch_native",
-    cuda_graph_backend_decode="disabled", cuda_graph_backend_prefill="disabled",
-    mem_fraction_static=0.1, max_total_tokens=2048, chunked_prefill_size=512,
-    disable_radix_cache=True, tokenizer_path=TARGET,
-)  # fmt: skip
-ob.main(server_args, ob.BenchArgs(batch_size=(len(LENGTHS),), correctness_test=True))
+run_first_draft_step(work, FLAT, TARGET, len(LENGTHS))
 
 sg = json.load(open(OUT + ".sglang"))
 ref = torch.tensor(speculators_logits(inputs()), dtype=torch.float64)

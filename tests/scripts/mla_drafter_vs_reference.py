@@ -20,10 +20,8 @@ from sglang.srt.plugins import load_plugins
 
 load_plugins()  # the CPU harness and this project's plugin
 
-import sglang.benchmark.one_batch as ob  # noqa: E402
-from one_batch_runner import draft_extend_batch, load_runner  # noqa: E402
+from one_batch_runner import draft_extend_batch, load_runner, run_first_draft_step  # noqa: E402
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode  # noqa: E402
-from sglang.srt.server_args import ServerArgs  # noqa: E402
 
 from sglang_eagle3.doctor.draft_forward import Eagle3Draft, load_draft  # noqa: E402
 
@@ -85,14 +83,7 @@ def reference(draft: Eagle3Draft, data) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.stack(logits), torch.stack(hidden)
 
 
-ob.correctness_test = work
-server_args = ServerArgs(
-    model_path=DRAFT, device="cpu", dtype="float32", attention_backend="torch_native",
-    cuda_graph_backend_decode="disabled", cuda_graph_backend_prefill="disabled",
-    mem_fraction_static=0.1, max_total_tokens=2048, chunked_prefill_size=512,
-    disable_radix_cache=True, tokenizer_path=TARGET,
-)  # fmt: skip
-ob.main(server_args, ob.BenchArgs(batch_size=(len(LENGTHS),), correctness_test=True))
+run_first_draft_step(work, DRAFT, TARGET, len(LENGTHS))
 
 sg = json.load(open(OUT + ".sglang"))
 got_logits = torch.tensor(sg["logits"], dtype=torch.float64)

@@ -57,3 +57,19 @@ def draft_extend_batch(runner, data):
     fb = ob.ForwardBatch.init_new(batch, runner, return_hidden_states_before_norm=False)
     fb.spec_info = types.SimpleNamespace(hidden_states=torch.cat([hs for _, hs in data]))
     return fb
+
+
+def run_first_draft_step(work, model_path: str, tokenizer_path: str, requests: int) -> None:
+    """Run ``work(server_args, port_args, bench_args, gpu_id, tp_rank)`` in one_batch's place
+    of its correctness test, on ``model_path`` (a draft, loaded as SGLang's own model) on CPU,
+    fp32, for a batch of ``requests``."""
+    from sglang.srt.server_args import ServerArgs
+
+    ob.correctness_test = work
+    server_args = ServerArgs(
+        model_path=model_path, device="cpu", dtype="float32", attention_backend="torch_native",
+        cuda_graph_backend_decode="disabled", cuda_graph_backend_prefill="disabled",
+        mem_fraction_static=0.1, max_total_tokens=2048, chunked_prefill_size=512,
+        disable_radix_cache=True, tokenizer_path=tokenizer_path,
+    )  # fmt: skip
+    ob.main(server_args, ob.BenchArgs(batch_size=(requests,), correctness_test=True))
