@@ -26,7 +26,6 @@ from sglang_eagle3.testing.tiny.drafter import TinyDrafter, _one_thread, tiny_dr
 RECORD = "tiny_mla_drafter.json"
 TAPS = ("embed", "layer:2", "layer:5")  # the tiny drafter's training taps, in its data's order
 STEPS, BATCH, LR, SEED = 600, 8, 3e-3, 0
-_FROZEN = ("embed_tokens.weight", "lm_head.weight")
 
 
 def tiny_mla_drafter() -> Path:
@@ -65,7 +64,7 @@ def _build(out: Path, drafter: TinyDrafter) -> None:
     }  # fmt: skip
     start = write_random_mla_draft(out / "start", drafter.target_dir, tensors=shared, **kw)
     draft = load_draft(start, dtype="float32")
-    params = [w.requires_grad_() for n, w in draft.w.items() if n not in _FROZEN]
+    params = [w.requires_grad_() for n, w in draft.w.items() if n not in shared]  # frozen
     head = VerifierHead(drafter.target_dir)
     samples = []
     for s in TrainData(drafter.train_data):  # hidden states [L, 4 taps, hidden]: fc taps, final
