@@ -6,6 +6,8 @@ NORM_BEFORE_RESIDUAL = "SGLANG_EAGLE3_NORM_BEFORE_RESIDUAL"  # "0": stock residu
 FUSED_FC = "SGLANG_EAGLE3_FUSED_FC"  # "0": never the fused kernel; "1": every shape on sm_90+
 CPU_HARNESS = "SGLANG_EAGLE3_CPU_HARNESS"  # "1": the CPU test harness (tests and demos)
 CACHE = "SGLANG_EAGLE3_CACHE"  # root of the tiny-model cache
+PORT_SLICE = "SGLANG_EAGLE3_PORT_SLICE"  # "i/n": servers started here take part i of n of the ports
+TINY_EMBEDDED = "SGLANG_EAGLE3_TINY_EMBEDDED"  # "0": train the tiny models, never the shipped copy
 RECORD_TAPS = "SGLANG_EAGLE3_RECORD_TAPS"  # a folder: the CPU harness saves every captured tap
 
 # SGLang's.

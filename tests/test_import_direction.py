@@ -49,6 +49,8 @@ def _modules() -> dict[str, Path]:
     for path in PKG.rglob("*.py"):
         if "shim" in path.parts:  # the reference sgl_kernel: its own top-level package
             continue
+        if "trained" in path.parts:  # shipped checkpoints (speculators' config.py), not code
+            continue
         parts = path.relative_to(ROOT).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         found[name] = path

@@ -1,0 +1,84 @@
+"""The trained tiny models shipped in the package (testing/tiny/embedded.py): they are the
+builders' output for today's recipes and code, so a fresh machine restores instead of
+training, and a restore gives exactly the shipped bytes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sglang_eagle3 import env_names
+from sglang_eagle3.testing.tiny import cache, embedded
+
+REBUILD = "python -m sglang_eagle3.testing.tiny.ship --write (after the builds it replaces)"
+
+
+def _keys() -> dict[str, str]:
+    from sglang_eagle3.testing.tiny import drafter, mla_drafter
+
+    target = cache.entry_name(cache.default_recipe())
+    drafter_key = drafter.drafter_key(drafter.DrafterRecipe(), Path(target))
+    return {
+        "target": cache.recipe_key(cache.default_recipe()),
+        "drafter": drafter_key,
+        "mla_drafter": mla_drafter.mla_key(f"drafter-s0-{drafter_key}"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["target", "drafter", "mla_drafter"])
+def test_shipped_models_are_for_todays_recipes_and_code(kind):
+    """A builder edit without a new shipped copy would train for minutes on every fresh
+    machine (CI's cold run included): caught here, in the fast tier."""
+    found = embedded.manifest(kind)
+    assert found is not None, f"nothing shipped for {kind}; run {REBUILD}"
+    assert found["key"] == _keys()[kind], f"{kind} was shipped for another build; run {REBUILD}"
+    for rel, digest in found["files"].items():
+        assert embedded.sha256(embedded.HERE / kind / rel) == digest, rel
+
+
+def test_shipped_copies_stay_small():
+    size = sum(p.stat().st_size for p in embedded.HERE.rglob("*") if p.is_file())
+    assert size < 20e6, size  # the budget a repository clone pays for a fast cold start
+
+
+def test_restore_copies_the_shipped_bytes_and_only_for_its_key(tmp_path, monkeypatch):
+    key = embedded.manifest("target")["key"]
+    assert not embedded.restore("target", "0" * 16, tmp_path / "other")
+    assert not (tmp_path / "other").exists()
+    monkeypatch.setenv(env_names.TINY_EMBEDDED, "0")
+    assert not embedded.restore("target", key, tmp_path / "off")
+    monkeypatch.delenv(env_names.TINY_EMBEDDED)
+    assert embedded.restore("target", key, tmp_path / "on")
+    for rel, digest in embedded.manifest("target")["files"].items():
+        assert embedded.sha256(tmp_path / "on" / rel) == digest
+    assert cache.is_complete(tmp_path / "on")
+
+
+def test_a_damaged_shipped_file_is_refused(tmp_path, monkeypatch):
+    fake = tmp_path / "shipped"
+    src = tmp_path / "built"
+    src.mkdir()
+    (src / "model.safetensors").write_bytes(b"weights")
+    embedded.write("target", "k" * 16, src, ["model.safetensors"], root=fake)
+    (fake / "target" / "model.safetensors").write_bytes(b"changed")
+    monkeypatch.setattr(embedded, "HERE", fake)
+    with pytest.raises(RuntimeError, match="does not match"):
+        embedded.restore("target", "k" * 16, tmp_path / "out")
+
+
+@pytest.mark.slow
+def test_the_drafter_restored_on_regenerated_data_is_the_shipped_one(tmp_path, monkeypatch):
+    """A fresh cache: the target and the drafter come from the package, the drafter's data
+    is written again from the target and equals the data it was trained on."""
+    from sglang_eagle3.testing.tiny.drafter import tiny_drafter
+
+    monkeypatch.setenv(env_names.CACHE, str(tmp_path))
+    built = tiny_drafter()
+    assert built.record["shipped"] and built.record["data_as_trained"], built.record
+    files = embedded.manifest("drafter")["files"]
+    for rel, digest in files.items():
+        if rel not in embedded.NOT_COMPARED:
+            assert embedded.sha256(built.draft_dir.parent / rel) == digest, rel
+    assert json.loads((built.draft_dir / "config.json").read_text())["norm_before_residual"]
