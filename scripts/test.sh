@@ -19,7 +19,9 @@ bash scripts/setup_env.sh 2>&1 | grep -v "is ignored: it is neither" || exit 1
 if [[ $fast -eq 1 ]]; then
   .venv/bin/python -m pytest -m "not sglang and not slow" ${args[@]+"${args[@]}"}
 else
-  .venv/bin/python -m pytest ${args[@]+"${args[@]}"}
+  # Every full run prints its 25 slowest tests and seconds per file (tests/conftest.py),
+  # above pytest's closing line: the budget is watched, not guessed.
+  .venv/bin/python -m pytest --durations=25 ${args[@]+"${args[@]}"}
 fi
 rc=$?
 if [[ $rc -eq 5 ]]; then

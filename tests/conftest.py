@@ -1,5 +1,6 @@
-"""Shared fixtures (the tiny target, real SGLang servers stopped by pid even on failure, the
-README's figures) and the guards that keep the test tiers honest.
+"""Shared fixtures (the tiny targets; real SGLang servers in conftest_servers.py, shared
+computations in conftest_shared.py, the README's figures in conftest_report.py) and the guards
+that keep the test tiers honest.
 
 Tiers: `bash scripts/test.sh` runs everything; `bash scripts/test.sh --fast` runs
 `-m "not sglang and not slow"`: pure logic and small torch tests, no SGLang, no training.
@@ -30,9 +31,15 @@ from pathlib import Path
 
 import pytest
 
+pytest.register_assert_rewrite("conftest_servers", "conftest_shared", "conftest_report")
+from conftest_servers import SESSION_SERVERS  # noqa: E402
+
+# shared servers, shared computations, and what a run reports (figures, seconds per file)
+pytest_plugins = ["conftest_servers", "conftest_shared", "conftest_report"]
 SLOW_TIMEOUT_S = 1800
 GPU_SKIP = "needs a CUDA GPU (none here)"
-SERVER_FIXTURES = {"server_factory", "module_server_factory"}
+# Fixtures that start SGLang (the demo's servers too): their users are `sglang` and `slow`.
+SERVER_FIXTURES = {"server_factory", "module_server_factory", "demo_run", *SESSION_SERVERS}
 _BLOCKED_SGLANG = """raise ImportError(
     "sglang imported by a child process of a test not marked `sglang` (the block comes from "
     "tests/conftest.py); mark the test @pytest.mark.sglang"
@@ -59,7 +66,6 @@ def pytest_configure(config):
     (stub / "sglang").mkdir()
     (stub / "sglang" / "__init__.py").write_text(_BLOCKED_SGLANG)
     _state["stub_dir"] = stub
-    config.stash[_FIGURES] = []
 
 
 def pytest_unconfigure(config):
@@ -174,46 +180,6 @@ def _guard_trained_builds() -> None:
     cache.tiny_target_dir = guarded
 
 
-# --- figures the README quotes --------------------------------------------------------------
-
-_FIGURES = pytest.StashKey[list]()
-
-
-class Figures:
-    """`figures.record(name, value)`: a number the README quotes, printed by this run in the
-    "figures measured" section at the end (no -s needed). `record_max` keeps one entry per
-    name: the largest value over every call in the run, and the test that gave it."""
-
-    def __init__(self, store: list, nodeid: str):
-        self._store, self._nodeid = store, nodeid
-
-    def record(self, name: str, value, fmt: str | None = None) -> None:
-        self._store.append({"name": name, "value": value, "fmt": fmt, "test": self._nodeid})
-        print(f"figure: {name} = {_format(value, fmt)}")
-
-    def record_max(self, name: str, value: float, fmt: str | None = None) -> None:
-        old = next((f for f in self._store if f["name"] == name), None)
-        if old is None:
-            self.record(name, value, fmt)
-        elif value > old["value"]:
-            old.update(value=value, test=self._nodeid)
-
-
-def _format(value, fmt: str | None) -> str:
-    if fmt is not None:
-        return format(value, fmt)
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    return str(value)
-
-
-@pytest.fixture
-def figures(request) -> Figures:
-    return Figures(request.config.stash[_FIGURES], request.node.nodeid)
-
-
 def pytest_sessionfinish(session, exitstatus):
     """The backstop for imports the per-phase checks cannot see (teardown, plugins): a run of
     tests none of which is marked `sglang` must end without sglang imported."""
@@ -224,12 +190,6 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    found = config.stash.get(_FIGURES, [])
-    if found:
-        terminalreporter.write_sep("=", f"figures measured ({len(found)})")
-        for f in found:
-            terminalreporter.write_line(f"{f['name']} = {_format(f['value'], f['fmt'])}")
-            terminalreporter.write_line(f"    [{f['test']}]")
     if _state["sglang_at_start"]:
         terminalreporter.write_line(
             "warning: sglang was imported before the tests started; the check that tests not "
@@ -255,45 +215,3 @@ def trained_tiny_target() -> Path:
     from sglang_eagle3.testing.tiny.cache import tiny_target_dir
 
     return tiny_target_dir()
-
-
-def _servers(log_dir: Path):
-    """Start real SGLang servers; every one is stopped by pid at teardown, pass or fail."""
-    from sglang_eagle3.launch.server_process import sglang_server
-
-    started = []
-
-    def start(model_path, extra=(), *, name="server", wait=True, **kw):
-        srv = sglang_server(model_path, list(extra), log_dir / f"{name}.log", **kw)
-        started.append(srv)
-        srv.start()
-        if wait:
-            srv.wait_ready()
-        return srv
-
-    yield start
-    for srv in started:
-        pids = srv.pids()
-        srv.stop()
-        leftover = [p for p in pids if _alive(p)]
-        if leftover:
-            pytest.fail(f"processes left behind by {srv.argv[:4]}: {leftover}")
-
-
-@pytest.fixture
-def server_factory(tmp_path):
-    yield from _servers(tmp_path)
-
-
-@pytest.fixture(scope="module")
-def module_server_factory(tmp_path_factory):
-    yield from _servers(tmp_path_factory.mktemp("servers"))
-
-
-def _alive(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False

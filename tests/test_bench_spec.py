@@ -4,6 +4,7 @@ and an EAGLE-3 server on the tiny models (the streaming client: tests/test_bench
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -175,6 +176,7 @@ def test_launch_mode_plain_and_eagle3_end_to_end(tmp_path):
          "--num-prompts", "4", "--max-new-tokens", "24", "--concurrency", "1,2",
          "--out", str(out)],
         capture_output=True, text=True, timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},  # the servers it starts: one thread each
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((out / "results.json").read_text())

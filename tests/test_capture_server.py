@@ -57,9 +57,8 @@ def seed_draft(tiny_target, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def plain(module_server_factory, tiny_target):
-    return module_server_factory(tiny_target, FP32 + ["--attention-backend", "intel_amx"],
-                                 name="plain")  # fmt: skip
+def plain(plain_tiny_server):
+    return plain_tiny_server
 
 
 @pytest.fixture(scope="module")

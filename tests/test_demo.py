@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow, pytest.mark.timeout(2400)]  # run: 1800 s max
+# The demo runs once (conftest_servers.demo_run) for this test and the scale-out tests.
 
 
-def test_demo_orders_accept_lengths_and_stays_lossless(tmp_path):
-    out = tmp_path / "demo.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "sglang_eagle3.demo", "--json", str(out), "--prompts", "6",
-         "--max-new-tokens", "32"],
-        capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads(out.read_text())
+def test_demo_orders_accept_lengths_and_stays_lossless(demo_run):
+    result, stdout = demo_run["result"], demo_run["stdout"]
     rows = {r["name"]: r for r in result["rows"]}
     assert list(rows) == ["plain", "stock-wiring", "declared-layout", "declared-layout-mla"]
     assert all(r["lossless"] for r in rows.values()), "speculative output must equal plain"
@@ -35,11 +25,11 @@ def test_demo_orders_accept_lengths_and_stays_lossless(tmp_path):
         declared,
         predicted,
     )
-    assert "| declared-layout |" in proc.stdout
+    assert "| declared-layout |" in stdout
     # the tiny MLA drafter (Eagle3DeepseekV2) through the launcher, and the doctor on it
     mla, mla_predicted = (
         rows["declared-layout-mla"]["accept_length"],
         result["mla_predicted_accept_length"],
     )
     assert mla > 1.5 and abs(mla - mla_predicted) / mla_predicted < 0.15, (mla, mla_predicted)
-    assert "| declared-layout-mla |" in proc.stdout and "MLA drafter: served" in proc.stdout
+    assert "| declared-layout-mla |" in stdout and "MLA drafter: served" in stdout

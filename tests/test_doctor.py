@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from sglang_eagle3.data.train_data import TrainData, TrainDataWriter
-from sglang_eagle3.doctor.cli import DoctorOptions, main, run_doctor
+from sglang_eagle3.doctor.cli import DoctorOptions, main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,8 +35,8 @@ def rows_by_name(report) -> dict[str, dict]:
 
 
 @pytest.mark.slow
-def test_declared_layout_beats_shifted_ones(drafter, figures):
-    report = run_doctor(
+def test_declared_layout_beats_shifted_ones(drafter, doctor_report, figures):
+    report = doctor_report(
         DoctorOptions(
             draft=str(drafter.draft_dir),
             data=str(drafter.eval_data),

@@ -120,12 +120,13 @@ def test_the_captured_taps_are_the_union_the_candidates_need(tmp_path):
 
 
 @pytest.mark.slow
-def test_data_free_verdict_equals_the_data_based_one(drafter, figures):
-    free = run_doctor(DoctorOptions(str(drafter.draft_dir), target=str(drafter.target_dir),
-                                    progress=False))  # fmt: skip
-    data = run_doctor(DoctorOptions(str(drafter.draft_dir), data=str(drafter.eval_data),
-                                    target=str(drafter.target_dir), max_tokens=2048,
-                                    progress=False))  # fmt: skip
+def test_data_free_verdict_equals_the_data_based_one(drafter, doctor_report, figures):
+    free = doctor_report(DoctorOptions(str(drafter.draft_dir), target=str(drafter.target_dir),
+                                       progress=False))  # fmt: skip
+    # the same report test_doctor.py reads (one run for both)
+    data = doctor_report(DoctorOptions(str(drafter.draft_dir), data=str(drafter.eval_data),
+                                       target=str(drafter.target_dir), max_tokens=2048,
+                                       progress=False))  # fmt: skip
     print(free.render())
     assert free.source["kind"] == "in-process target" and data.source["kind"] == "training data"
     assert "Hugging Face transformers" in free.source["engine"]
@@ -182,7 +183,8 @@ def test_search_without_ids_finds_the_trained_layout(drafter, tmp_path, capsys, 
 
 @pytest.mark.sglang
 @pytest.mark.slow
-def test_server_mode_gives_the_in_process_numbers(server_factory, drafter, figures):
+def test_server_mode_gives_the_in_process_numbers(server_factory, drafter, doctor_report,
+                                                  figures):  # fmt: skip
     srv = server_factory(drafter.target_dir, [
         "--cpu", "--dtype", "float32", "--attention-backend", "torch_native",
         "--enable-return-aux-hidden-states", "--hidden-state-layout", CAPTURE_TAPS,
@@ -190,8 +192,8 @@ def test_server_mode_gives_the_in_process_numbers(server_factory, drafter, figur
     )  # fmt: skip
     opts = dict(max_new_tokens=16, progress=False)
     remote = run_doctor(DoctorOptions(str(drafter.draft_dir), server=srv.url, **opts))
-    local = run_doctor(DoctorOptions(str(drafter.draft_dir), target=str(drafter.target_dir),
-                                     **opts))  # fmt: skip
+    local = doctor_report(DoctorOptions(str(drafter.draft_dir), target=str(drafter.target_dir),
+                                        engine="hf", **opts))  # fmt: skip
     assert remote.source["kind"] == "server" and "SGLang 0.5.23" in remote.source["engine"]
     assert remote.source["scored_tokens"] == local.source["scored_tokens"] > 500
     by_layout = {r["text"]: r for r in local.rows}
@@ -212,7 +214,7 @@ def test_server_mode_gives_the_in_process_numbers(server_factory, drafter, figur
 @pytest.mark.sglang
 @pytest.mark.slow
 def test_predicted_accept_length_is_what_an_eagle3_server_measures(
-    server_factory, drafter, tmp_path, capsys, figures
+    server_factory, drafter, doctor_report, tmp_path, capsys, figures
 ):
     srv = server_factory(drafter.target_dir, [
         "--cpu", "--dtype", "float32", "--attention-backend", "intel_amx", *SPEC,
@@ -227,8 +229,9 @@ def test_predicted_accept_length_is_what_an_eagle3_server_measures(
     assert main(["--draft", str(drafter.draft_dir), "--server", srv.url]) == 2
     assert "is not in capture mode" in one_error_line(capsys)
     srv.stop()  # the doctor's own forward passes need the cores
-    report = run_doctor(DoctorOptions(str(drafter.draft_dir), target=str(drafter.target_dir),
-                                      max_new_tokens=64, progress=False))  # fmt: skip
+    # the data-free report of test_data_free_verdict_equals_the_data_based_one (64 tokens)
+    report = doctor_report(DoctorOptions(str(drafter.draft_dir), target=str(drafter.target_dir),
+                                         max_new_tokens=64, progress=False))  # fmt: skip
     predicted = report.replay_accept_length
     figures.record("EAGLE-3 server accept length, built-in prompts (3 steps, chain)", served,
                    ".2f")  # fmt: skip
@@ -247,10 +250,14 @@ def test_the_help_gives_the_capture_server_command(capsys):
 
 @pytest.mark.sglang
 @pytest.mark.slow
-def test_engine_sglang_starts_its_own_capture_server_and_agrees_with_hf(drafter, figures):
+def test_engine_sglang_starts_its_own_capture_server_and_agrees_with_hf(
+    drafter, doctor_report, figures, monkeypatch
+):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the server it starts: one thread
     opts = dict(target=str(drafter.target_dir), max_new_tokens=16, progress=False)
     real = run_doctor(DoctorOptions(str(drafter.draft_dir), engine="sglang", **opts))
-    hf = run_doctor(DoctorOptions(str(drafter.draft_dir), engine="hf", **opts))
+    # the in-process report of test_server_mode_gives_the_in_process_numbers
+    hf = doctor_report(DoctorOptions(str(drafter.draft_dir), engine="hf", **opts))
     assert "capture server the doctor started" in real.source["engine"]
     assert "Hugging Face" in hf.source["engine"]
     assert real.source["scored_tokens"] == hf.source["scored_tokens"]

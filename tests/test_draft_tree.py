@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -39,7 +41,8 @@ def test_impossible_tree_shapes_are_refused(steps, topk, tokens):
         check_tree(steps, topk, tokens)
 
 
-def _score(tree, max_samples=4):
+@functools.cache
+def _score(tree, max_samples=4):  # the chain is scored once for both tests below
     from sglang_eagle3.data.train_data import TrainData
     from sglang_eagle3.doctor.candidates import Candidate
     from sglang_eagle3.doctor.draft_forward import load_draft

@@ -24,7 +24,9 @@ LAYOUT = ["layer:5", "embed", "layer:2"]
 
 @pytest.mark.sglang
 @pytest.mark.slow
-def test_mla_draft_through_the_launcher_is_lossless(server_factory, tiny_target, tmp_path, figures):
+def test_mla_draft_through_the_launcher_is_lossless(
+    server_factory, plain_tiny_server, tiny_target, tmp_path, figures
+):
     draft = write_random_mla_draft(
         tmp_path / "draft",
         tiny_target,
@@ -36,10 +38,7 @@ def test_mla_draft_through_the_launcher_is_lossless(server_factory, tiny_target,
         # and dies on CPU; a trained embedding is kept by the plugin and never shared
         extra_config={"embed_requires_grad": True},
     )
-    plain = server_factory(tiny_target, FP32, name="plain", cpu=False,
-                           module="sglang_eagle3.launch")  # fmt: skip
-    want = {p: generate(plain, p)["output_ids"] for p in PROMPTS}
-    plain.stop()  # one server at a time: two would share the two cores
+    want = {p: generate(plain_tiny_server, p)["output_ids"] for p in PROMPTS}
     srv = server_factory(
         tiny_target,
         FP32 + EAGLE + ["--speculative-draft-model-path", str(draft)],

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from sglang_eagle3 import env_names
-from sglang_eagle3.testing.demo import prompts, spec_flags
+from sglang_eagle3.testing.demo import spec_flags
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -33,7 +33,6 @@ HF_INDICES = (0, 3, 6)
 # different lengths, so DP attention gives the two ranks batches of different shapes
 PROMPT_IDS = [[0, *range(17, 17 + 5 * k, 5)] for k in (2, 7, 3, 12, 5, 9)]
 SPEC = spec_flags(3, 2, 6)  # the demo's tree
-MAX_NEW = 24
 
 
 def _plan_lines(log: str, arch: str) -> list[tuple[int, str]]:
@@ -110,38 +109,37 @@ def _serve_eagle3(factory, drafter, extra, name, env, tmp):
     )  # fmt: skip
 
 
-def _run(srv, texts: list[str]) -> tuple[list[list[int]], list[list[int]], float]:
+def _run(srv, prompt_ids: list[list[int]], max_new: int):
     """(sequential outputs, 8 concurrent outputs, accept length over the sequential ones)."""
-    params = {"max_new_tokens": MAX_NEW, "temperature": 0, "ignore_eos": True}
+    from sglang_eagle3.bench.metrics import spec_stats
 
-    def one(text: str) -> dict:
-        return srv.post("/generate", {"text": text, "sampling_params": params})
+    params = {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True}
 
-    seq = [one(t) for t in texts]
+    def one(ids: list[int]) -> dict:
+        return srv.post("/generate", {"input_ids": ids, "sampling_params": params})
+
+    seq = [one(ids) for ids in prompt_ids]
     with ThreadPoolExecutor(8) as pool:
-        conc = list(pool.map(one, texts))
-    verify = sum(o["meta_info"].get("spec_verify_ct", 0) for o in seq)
-    tokens = sum(o["meta_info"]["completion_tokens"] for o in seq)
-    accept = tokens / verify if verify else float("nan")
+        conc = list(pool.map(one, prompt_ids))
+    accept = spec_stats(o["meta_info"] for o in seq).accept_length
     return [o["output_ids"] for o in seq], [o["output_ids"] for o in conc], accept
 
 
 @pytest.fixture(scope="module")
-def tp1(module_server_factory, tmp_path_factory):
-    """Plain and EAGLE-3 at TP=1: the reference tokens and accept length."""
+def tp1(demo_run):
+    """Plain and EAGLE-3 at TP=1: the demo's own servers (the same trained drafter, tree and
+    greedy requests; the demo checks that EAGLE-3 is lossless there), not a second pair."""
     from sglang_eagle3.testing.tiny.drafter import tiny_drafter
 
-    drafter, texts = tiny_drafter(), prompts(8)
-    tmp = tmp_path_factory.mktemp("tp1")
-    plain = module_server_factory(drafter.target_dir, ["--cpu", *FP32], name="plain-tp1",
-                                  cpu=False, module="sglang_eagle3.launch", env=RANKS)  # fmt: skip
-    want, _, _ = _run(plain, texts)
-    plain.stop()  # one server at a time: two would share the two cores
-    eagle = _serve_eagle3(module_server_factory, drafter, [], "eagle3-tp1", RANKS, tmp)
-    got, _, accept = _run(eagle, texts)
-    eagle.stop()
-    assert got == want, "EAGLE-3 at TP=1 must already be lossless"
-    return {"drafter": drafter, "texts": texts, "want": want, "accept": accept}
+    result = demo_run["result"]
+    rows = {r["name"]: r for r in result["rows"]}
+    assert result["speculative"] == {"num_steps": 3, "eagle_topk": 2, "num_draft_tokens": 6}
+    assert rows["declared-layout"]["output_ids"] == rows["plain"]["output_ids"]
+    return {
+        "drafter": tiny_drafter(), "prompt_ids": result["prompt_ids"],
+        "max_new": result["max_new_tokens"], "want": rows["plain"]["output_ids"],
+        "accept": rows["declared-layout"]["accept_length"],
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize("mode", ["tp2"])
@@ -149,9 +147,9 @@ def test_eagle3_with_two_ranks_is_lossless(server_factory, tp1, mode, tmp_path, 
     srv = _serve_eagle3(server_factory, tp1["drafter"], MODES[mode], f"eagle3-{mode}",
                         RANKS, tmp_path)  # fmt: skip
     _assert_every_rank_applied_one_plan(srv.log())
-    seq, conc, accept = _run(srv, tp1["texts"])
+    seq, conc, accept = _run(srv, tp1["prompt_ids"], tp1["max_new"])
     same = sum(a == b for a, b in zip(seq, tp1["want"], strict=True))
-    figures.record(f"{mode}: EAGLE-3 prompts equal to plain TP=1 greedy", f"{same} of 8")
+    figures.record(f"{mode}: EAGLE-3 prompts equal to plain TP=1 greedy", f"{same} of {len(seq)}")
     figures.record(f"{mode}: accept length (TP=1: {tp1['accept']:.2f})", accept)
     assert seq == tp1["want"]
     assert conc == tp1["want"]

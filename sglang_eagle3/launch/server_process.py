@@ -15,6 +15,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglang_eagle3 import env_names
 from sglang_eagle3.launch.cpu_env import harness_env
 
 # Flags that run SGLang 0.5.23 on the CPU harness (see README, "CPU harness").
@@ -29,6 +30,8 @@ CPU_DEFAULTS: tuple[tuple[str, str | None], ...] = (
     ("--max-total-tokens", "4096"),
     ("--chunked-prefill-size", "512"),
     ("--max-running-requests", "8"),
+    # An idle scheduler otherwise polls in a busy loop, a whole core of a 2-core machine.
+    ("--sleep-on-idle", None),
 )
 
 
@@ -48,15 +51,30 @@ def _ephemeral_low() -> int:
         return 32768  # Linux's default
 
 
+def _slice(low: int, high: int, spec: str) -> tuple[int, int]:
+    """Part ``i`` of ``n`` of [low, high] for ``spec`` "i/n" (processes that start servers side
+    by side, e.g. test workers, then never pick neighbouring ports); all of it otherwise."""
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        return low, high
+    if not 0 <= i < n:
+        return low, high
+    width = (high - low) // n
+    return low + i * width, low + (i + 1) * width - 400  # room for SGLang's own ports
+
+
 def free_port() -> int:
     """A free port below the kernel's ephemeral range. SGLang binds its HTTP port only after
     loading the model (tens of seconds on CPU); meanwhile every outgoing connection takes an
     ephemeral port, and one did take an OS-picked port here ("address already in use").
     SGLang's own extra ports sit a few hundred above the HTTP port, so leave room."""
     high = _ephemeral_low() - 1100
+    low = max(1024, high - 12000)
+    low, high = _slice(low, high, os.environ.get(env_names.PORT_SLICE, ""))
     rng = random.SystemRandom()
     for _ in range(100):
-        port = rng.randint(max(1024, high - 12000), high)
+        port = rng.randint(low, high)
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))

@@ -43,6 +43,11 @@ WARMUP = ("import collections\n\n\ndef main():\n", "class Config:\n    def __ini
 STOCK_ONLY = {env_names.PLUGINS: "sglang_eagle3_cpu_harness"}  # the CPU harness, not our plugin
 
 
+# Per server in --json; output_ids let a caller compare other servers with these (the tests'
+# TP=2 run does).
+JSON_ROW_KEYS = ("name", "accept_length", "tok_s", "lossless", "speedup", "stats", "output_ids")
+
+
 def prompts(n: int, chars: int = 160) -> list[str]:
     """Openings of held-out standard-library files (never seen in training)."""
     from sglang_eagle3.testing.tiny.corpus import stdlib_files
@@ -205,6 +210,7 @@ def run(
         "doctor_chain_accept_length": doctor["chain"],
         "mla_predicted_accept_length": mla_doctor["replay"],
         "prompts": len(texts),
+        "prompt_ids": texts,
         "max_new_tokens": max_new,
         "speculative": dict(
             zip(("num_steps", "eagle_topk", "num_draft_tokens"), spec, strict=True)
@@ -290,13 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"demo wall time: {minutes} min {seconds} s")
     if args.json:
         slim = {
-            "rows": [
-                {
-                    k: r[k]
-                    for k in ("name", "accept_length", "tok_s", "lossless", "speedup", "stats")
-                }
-                for r in result["rows"]
-            ],
+            "rows": [{k: r[k] for k in JSON_ROW_KEYS} for r in result["rows"]],
+            "prompt_ids": result["prompt_ids"],
+            "max_new_tokens": result["max_new_tokens"],
             "predicted_accept_length": result["predicted_accept_length"],
             "doctor_chain_accept_length": result["doctor_chain_accept_length"],
             "mla_predicted_accept_length": result["mla_predicted_accept_length"],

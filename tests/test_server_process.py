@@ -1,0 +1,32 @@
+"""How tests, the demo and the doctor start SGLang servers (pure parts: ports, CPU flags)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_eagle3 import env_names
+from sglang_eagle3.launch import server_process as sp
+
+
+def test_port_slices_split_the_range_with_room_for_sglangs_own_ports():
+    low, high = 19668, 31668
+    a, b = sp._slice(low, high, "0/2"), sp._slice(low, high, "1/2")
+    assert low <= a[0] < a[1] < b[0] < b[1] <= high
+    assert b[0] - a[1] >= 400  # SGLang's extra ports sit above the HTTP port
+    for spec in ("", "x", "2/2", "-1/2", "1/0"):
+        assert sp._slice(low, high, spec) == (low, high), spec
+
+
+def test_free_port_stays_in_this_workers_slice(monkeypatch):
+    monkeypatch.setenv(env_names.PORT_SLICE, "1/2")
+    high = sp._ephemeral_low() - 1100
+    low, top = sp._slice(max(1024, high - 12000), high, "1/2")
+    assert all(low <= sp.free_port() <= top for _ in range(20))
+
+
+@pytest.mark.parametrize("given", [[], ["--max-running-requests", "2"]])
+def test_cpu_defaults_sleep_when_idle_and_keep_what_is_given(given):
+    argv = sp.with_cpu_defaults(given)
+    assert "--sleep-on-idle" in argv  # an idle scheduler would spin a whole core
+    assert argv.count("--max-running-requests") == 1
+    assert argv[argv.index("--max-running-requests") + 1] == (given[1] if given else "8")
