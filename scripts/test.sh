@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up .venv (idempotent), lint, and run the tests. `.ci/run` calls exactly this: everything.
-#   bash scripts/test.sh           ruff + every test (~62 min on 2 cores)
+#   bash scripts/test.sh           ruff + every test, two workers (38 min on 2 cores, 2026-12-02)
 #   bash scripts/test.sh --fast    ruff + the fast tier: tests not marked sglang or slow (pure
 #                                  logic and small torch tests; starts no SGLang; < 2 min)
 # Other arguments pass to pytest (a later -m replaces the fast tier's).
@@ -19,9 +19,10 @@ bash scripts/setup_env.sh 2>&1 | grep -v "is ignored: it is neither" || exit 1
 if [[ $fast -eq 1 ]]; then
   .venv/bin/python -m pytest -m "not sglang and not slow" ${args[@]+"${args[@]}"}
 else
-  # Every full run prints its 25 slowest tests and seconds per file (tests/conftest.py),
-  # above pytest's closing line: the budget is watched, not guessed.
-  .venv/bin/python -m pytest --durations=25 ${args[@]+"${args[@]}"}
+  # Two workers, a test file (or a group sharing a session fixture) a unit of work
+  # (tests/conftest_servers.py). Every full run prints its 25 slowest tests and seconds per
+  # file (tests/conftest_report.py) above pytest's closing line: the budget is watched.
+  .venv/bin/python -m pytest -n 2 --durations=25 ${args[@]+"${args[@]}"}
 fi
 rc=$?
 if [[ $rc -eq 5 ]]; then
