@@ -8,6 +8,7 @@ CPU_HARNESS = "SGLANG_EAGLE3_CPU_HARNESS"  # "1": the CPU test harness (tests an
 CACHE = "SGLANG_EAGLE3_CACHE"  # root of the tiny-model cache
 PORT_SLICE = "SGLANG_EAGLE3_PORT_SLICE"  # "i/n": servers started here take part i of n of the ports
 TINY_EMBEDDED = "SGLANG_EAGLE3_TINY_EMBEDDED"  # "0": train the tiny models, never the shipped copy
+CPU_FORK = "SGLANG_EAGLE3_CPU_FORK"  # "1": on the CPU harness at one thread, fork SGLang's children
 RECORD_TAPS = "SGLANG_EAGLE3_RECORD_TAPS"  # a folder: the CPU harness saves every captured tap
 
 # SGLang's.

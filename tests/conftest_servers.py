@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from sglang_eagle3 import env_names
+
 # Session fixtures that start servers through shared_servers(); conftest marks their users.
 SESSION_SERVERS = {"plain_tiny_server"}
 _pools: dict[tuple[str, ...], _Servers] = {}
@@ -32,13 +34,21 @@ class _Servers:
     def __init__(self, log_dir: Path):
         self.log_dir, self.started = log_dir, []
 
-    def __call__(self, model_path, extra=(), *, name="server", wait=True, env=None, **kw):
+    def __call__(
+        self, model_path, extra=(), *, name="server", wait=True, env=None, spawn=False,
+        graceful=False, **kw,
+    ):  # fmt: skip
         from sglang_eagle3.launch.server_process import sglang_server
 
         # Tiny matrices gain nothing from a second OpenMP thread, and on 2 cores it fights
         # the test process and the server's other processes for the same core.
         env = {"OMP_NUM_THREADS": "1", **(env or {})}
+        if spawn:  # a test of what only a spawned child shows: the plugin loading in it
+            env[env_names.CPU_FORK] = "0"
         srv = sglang_server(model_path, list(extra), self.log_dir / f"{name}.log", env=env, **kw)
+        # SIGKILL at teardown: SGLang's graceful SIGTERM path costs 10 s a server; `graceful`
+        # keeps it where a test relies on it (and checks it leaves nothing behind)
+        srv.graceful = graceful
         self.started.append(srv)
         srv.start()
         if wait:
@@ -50,7 +60,7 @@ class _Servers:
         left = []
         for srv in self.started:
             pids = srv.pids()
-            srv.stop()
+            srv.stop() if srv.graceful else srv.kill()
             leftover = [p for p in pids if _alive(p)]
             if leftover:
                 left.append(f"processes left behind by {srv.argv[:4]}: {leftover}")
@@ -157,11 +167,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_configure(config):
-    """Each xdist worker's servers (and its children's) take their own slice of ports."""
+    """CPU servers started by tests (and by the doctor and bench they run) fork SGLang's
+    children: half the start time (launch/fork_server.py). Each xdist worker's servers (and
+    its children's) take their own slice of ports."""
+    os.environ.setdefault(env_names.CPU_FORK, "1")
     worker = getattr(config, "workerinput", None)
     if worker is not None:
-        from sglang_eagle3 import env_names
-
         index = int(worker["workerid"].removeprefix("gw"))
         os.environ[env_names.PORT_SLICE] = f"{index}/{worker['workercount']}"
 
@@ -197,7 +208,10 @@ def plain_tiny_server(request, tmp_path_factory, tiny_target):
     backend the EAGLE-3 servers verify with): the greedy baseline of the lossless tests."""
     pool = shared_servers(request, tmp_path_factory)
     yield pool(tiny_target, ["--cpu", "--dtype", "float32", "--attention-backend", "intel_amx"],
-               name="plain-tiny", cpu=False, module="sglang_eagle3.launch")  # fmt: skip
+               name="plain-tiny", cpu=False, module="sglang_eagle3.launch",
+               spawn=True, graceful=True)  # fmt: skip
+    # spawned: test_capture_server checks the plugin in every process; graceful: the
+    # launcher's server stopped by SIGTERM leaves nothing behind (stop_all checks)
     _finish(pool)
 
 

@@ -77,6 +77,7 @@ def test_capture_is_exact_with_two_ranks(server_factory, target_name, mode, figu
         FP32 + MODES[mode] + ["--enable-return-aux-hidden-states", "--speculative-algorithm",
                               "EAGLE3"],
         name=f"capture-{target_name}-{mode}", env={env_names.LAYOUT: LAYOUT, **RANKS},
+        spawn=True,  # each rank loads the plugin and reads the plan itself, as in production
     )  # fmt: skip
     _assert_every_rank_applied_one_plan(srv.log(), arch)
     with ThreadPoolExecutor(len(PROMPT_IDS)) as pool:
@@ -105,7 +106,7 @@ def _serve_eagle3(factory, drafter, extra, name, env, tmp):
         drafter.target_dir,
         ["--cpu", *FP32, *SPEC, *extra, "--speculative-draft-model-path", str(drafter.draft_dir),
          "--draft-cache-dir", str(tmp / "drafts")],
-        name=name, cpu=False, module="sglang_eagle3.launch", env=env,
+        name=name, cpu=False, module="sglang_eagle3.launch", env=env, spawn=True,
     )  # fmt: skip
 
 

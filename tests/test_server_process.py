@@ -30,3 +30,23 @@ def test_cpu_defaults_sleep_when_idle_and_keep_what_is_given(given):
     assert "--sleep-on-idle" in argv  # an idle scheduler would spin a whole core
     assert argv.count("--max-running-requests") == 1
     assert argv[argv.index("--max-running-requests") + 1] == (given[1] if given else "8")
+
+
+@pytest.mark.parametrize(
+    "env,module",
+    [
+        ({env_names.CPU_FORK: "1", "OMP_NUM_THREADS": "1"}, "sglang_eagle3.launch.fork_server"),
+        ({env_names.CPU_FORK: "1", "OMP_NUM_THREADS": "2"}, "sglang.launch_server"),
+        ({env_names.CPU_FORK: "0", "OMP_NUM_THREADS": "1"}, "sglang.launch_server"),
+        ({"OMP_NUM_THREADS": "1"}, "sglang.launch_server"),
+    ],
+)
+def test_only_the_one_thread_cpu_harness_forks_sglangs_children(env, module, tmp_path):
+    """Forking is the test suite's quick start: never without the harness and the opt-in, nor
+    with an OpenMP pool a fork would not carry over."""
+    from sglang_eagle3.launch.cpu_env import server_module
+
+    assert server_module({env_names.CPU_HARNESS: "1", **env}) == module
+    assert server_module(env) == "sglang.launch_server"  # no harness: stock, always
+    if env_names.CPU_FORK in env:  # the CPU servers tests start go through it
+        assert sp.sglang_server("/m", [], tmp_path / "log", env=env).argv[1:3] == ["-m", module]

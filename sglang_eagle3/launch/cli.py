@@ -92,11 +92,13 @@ def _write_draft(plan: LaunchPlan, *, stock_readable: bool = False) -> None:
 def _start(plan: LaunchPlan, cpu: bool) -> None:
     _write_draft(plan)
     env = {**os.environ, **plan.env}
+    module = "sglang.launch_server"
     if cpu:
-        from sglang_eagle3.launch.cpu_env import harness_env
+        from sglang_eagle3.launch.cpu_env import harness_env, server_module
 
         env = harness_env(env)
-    argv = [sys.executable, "-m", "sglang.launch_server", *plan.sglang_argv]
+        module = server_module(env)
+    argv = [sys.executable, "-m", module, *plan.sglang_argv]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, argv, env)

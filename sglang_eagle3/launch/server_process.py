@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_eagle3 import env_names
-from sglang_eagle3.launch.cpu_env import harness_env
+from sglang_eagle3.launch.cpu_env import STOCK_SERVER, harness_env, server_module
 
 # Flags that run SGLang 0.5.23 on the CPU harness (see README, "CPU harness").
 CPU_DEFAULTS: tuple[tuple[str, str | None], ...] = (
@@ -148,6 +148,26 @@ class ServerProcess:
         except psutil.NoSuchProcess:
             return []
 
+    def kill(self) -> int | None:
+        """SIGKILL the server and every process it started, all at once; return its exit code.
+        For a test's teardown: SGLang's SIGTERM path polls every 5 s, then waits for its
+        children (10 s a server here)."""
+        import psutil
+
+        if self.proc is None:
+            return None
+        procs = []
+        for pid in self.pids():
+            try:
+                procs.append(psutil.Process(pid))
+                procs[-1].kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(procs, timeout=10)
+        code = self.proc.wait(timeout=10)
+        self._log.close()
+        return code
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
         """Stop the server and every process it started; return the server's exit code."""
         import psutil
@@ -173,16 +193,18 @@ class ServerProcess:
 
 def sglang_server(
     model_path: str | Path, extra: list[str], log_path: Path, *, cpu: bool = True,
-    env: dict[str, str] | None = None, module: str = "sglang.launch_server",
+    env: dict[str, str] | None = None, module: str = STOCK_SERVER,
 ) -> ServerProcess:  # fmt: skip
     """A not-yet-started server: `python -m <module> --model-path ... <extra>`.
 
     `env` adds to (or overrides) this process's environment.
     """
     port = free_port()
+    full_env = {**os.environ, **(env or {})}
+    if cpu:
+        full_env = harness_env(full_env)
+        module = server_module(full_env) if module == STOCK_SERVER else module
     argv = [sys.executable, "-m", module, "--model-path", str(model_path)]
     argv += ["--host", "127.0.0.1", "--port", str(port)]
     argv += with_cpu_defaults(list(extra)) if cpu else list(extra)
-    full_env = {**os.environ, **(env or {})}
-    full_env = harness_env(full_env) if cpu else full_env
     return ServerProcess(argv=argv, log_path=log_path, port=port, env=full_env)
