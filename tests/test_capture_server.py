@@ -7,6 +7,8 @@ One plain server is the baseline; EAGLE-3 servers use seeded random-weight flat 
 from __future__ import annotations
 
 import re
+import urllib.error
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import psutil
@@ -84,13 +86,32 @@ def test_plain_server_serves_and_plugin_loads_in_every_process(plain):
     assert route["capture_order"] is None and route["family"] == "deepseek_v2", route
 
 
-def test_seed_style_ids_capture_declared_taps_and_stay_lossless(
-    module_server_factory, tiny_target, seed_draft, plain_outputs, figures
-):
-    srv = module_server_factory(
+@pytest.fixture(scope="module")
+def eagle_seed(module_server_factory, tiny_target, seed_draft):
+    return module_server_factory(
         tiny_target, FP32 + EAGLE + ["--speculative-draft-model-path", str(seed_draft)],
         name="eagle-seed",
     )  # fmt: skip
+
+
+CAPTURE_LAYOUT = "layer:5,embed,layer:2"  # not ascending: SGLang fills embed, layer:2, layer:5
+
+
+@pytest.fixture(scope="module")
+def capture_only(module_server_factory, tiny_target):
+    """SGLang's capture-only mode, started by the launcher."""
+    return module_server_factory(
+        tiny_target,
+        ["--cpu", *FP32, "--attention-backend", "torch_native",
+         "--enable-return-aux-hidden-states", "--hidden-state-layout", CAPTURE_LAYOUT],
+        name="capture-only", module="sglang_eagle3.launch",
+    )  # fmt: skip
+
+
+def test_seed_style_ids_capture_declared_taps_and_stay_lossless(
+    eagle_seed, seed_draft, plain_outputs, figures
+):
+    srv = eagle_seed
     # The capture hook runs where the target model is built: the scheduler process.
     line = re.search(r"pid=(\d+)\] INFO DeepseekV3ForCausalLM: capturing taps (.*)", srv.log())
     assert line, srv.log()[-3000:]
@@ -131,17 +152,13 @@ def test_stock_sglang_crashes_on_seed_style_ids(server_factory, tiny_target, see
     assert "capturing taps" not in log
 
 
-def test_capture_only_mode_returns_the_declared_taps_exactly(server_factory, tiny_target, figures):
+def test_capture_only_mode_returns_the_declared_taps_exactly(capture_only, tiny_target, figures):
     """SGLang's capture-only mode, started by the launcher, over HTTP against HF
     output_hidden_states (fp32); the server's own route says the same order."""
-    layout = "layer:5,embed,layer:2"  # not ascending: SGLang fills embed, layer:2, layer:5
-    srv = server_factory(
-        tiny_target,
-        ["--cpu", *FP32, "--attention-backend", "torch_native",
-         "--enable-return-aux-hidden-states", "--hidden-state-layout", layout],
-        name="capture-only", module="sglang_eagle3.launch",
-    )  # fmt: skip
+    srv = capture_only
     log = srv.log()
+    # --skip-server-warmup posts /freeze_gc at once: the plugin waits for the port first
+    assert '"POST /freeze_gc HTTP/1.1" 200' in log and "freeze_gc failed" not in log
     said = "capture only: taps layer:5, embed, layer:2 returned in ascending capture order "
     assert said + "embed, layer:2, layer:5" in log  # the launcher's wiring table
     assert "--speculative-algorithm: unset -> EAGLE3" in log  # the launcher added it
@@ -163,3 +180,40 @@ def test_capture_only_mode_returns_the_declared_taps_exactly(server_factory, tin
     assert diff < 1e-4, diff
     # Shifted by one tap (what input-to-layer / output-of-layer confusion gives) is far off.
     assert shifted_diff > 1e-2
+
+
+# Bodies that SGLang 0.5.23's main process lets through and its scheduler dies on (the first
+# three: issue "Hardening, round 2"), and neighbours that it already refuses itself.
+BAD_BODIES = {
+    "hidden states as a list for one prompt": {"input_ids": [1, 2, 3],
+                                               "return_hidden_states": [True]},
+    "a list of two for one text": {"text": "hi", "return_hidden_states": [True, False]},
+    "an id past the vocabulary": {"input_ids": [5000, 3]},
+    "a negative id": {"input_ids": [-1, 5]},
+    "a batch with an id past the vocabulary": {"input_ids": [[1, 2], [5000]]},
+    "a batch with an empty prompt": {"input_ids": [[]]},
+    "an empty prompt": {"input_ids": []},
+    "a float id": {"input_ids": [1.5, 2]},
+    "hidden states as a word": {"input_ids": [1, 2], "return_hidden_states": "yes"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("server", ["capture_only", "eagle_seed"])
+def test_bad_generate_bodies_get_400_and_the_server_keeps_serving(request, server, figures):
+    srv = request.getfixturevalue(server)
+    params = {"max_new_tokens": 2, "temperature": 0}
+    good = srv.post("/generate", {"input_ids": [1, 2, 3], "sampling_params": params})
+    for what, body in BAD_BODIES.items():
+        with pytest.raises(urllib.error.HTTPError) as err:
+            srv.post("/generate", {**body, "sampling_params": params}, timeout=60)
+        assert err.value.code == 400, f"{what}: {err.value.code}"
+        assert srv.proc.poll() is None, f"{what}: the server died"
+        with urllib.request.urlopen(srv.url + "/health", timeout=30) as health:
+            assert health.status == 200, what
+        again = srv.post("/generate", {"input_ids": [1, 2, 3], "sampling_params": params})
+        assert again["output_ids"] == good["output_ids"], what
+    figures.record(f"{server}: bad /generate bodies answered 400, server up after each",
+                   f"{len(BAD_BODIES)} of {len(BAD_BODIES)}")  # fmt: skip
+    log = srv.log()
+    assert "Scheduler hit an exception" not in log and "SIGQUIT" not in log
+    assert log.count("(sglang_eagle3)") >= 6  # ours: the first six bodies above

@@ -92,12 +92,14 @@ def _apply_hooks(declared: str | None) -> None:
     from sglang_eagle3.hooks.drafter import HOOKS as DRAFT_HOOKS
 
     hooks = CAPTURE_HOOKS + DRAFT_HOOKS
-    # The HTTP server runs in SGLang's main process only; the schedulers and the detokenizer
-    # (spawned children) would import the whole HTTP stack for nothing.
+    # The HTTP server and the request checks run in SGLang's main process only; the
+    # schedulers and the detokenizer (spawned children) would import the HTTP stack for nothing.
     if multiprocessing.parent_process() is None:
         from sglang_eagle3.hooks.capture_route import HOOKS as ROUTE_HOOKS
+        from sglang_eagle3.hooks.freeze_gc import HOOKS as FREEZE_HOOKS
+        from sglang_eagle3.hooks.request_guard import HOOKS as GUARD_HOOKS
 
-        hooks += ROUTE_HOOKS
+        hooks += ROUTE_HOOKS + GUARD_HOOKS + FREEZE_HOOKS
     for target, hook, hook_type in hooks:
         HookRegistry.register(target, hook, hook_type)
     # Idempotent: SGLang calls it again after all plugins ran; targets already patched
