@@ -217,6 +217,8 @@ def test_capture_only_last_layer_output_only_where_the_family_loop_reaches_it(tm
         ("convention", ["--aux-layer-convention", "input-to-layer"], "serves no draft"),
         ("bad tap", ["--hidden-state-layout", "embed,layer:9"], "does not exist in a 8-layer"),
         ("unknown family", ["--arch", "FooForCausalLM"], "not in sglang-eagle3's table"),
+        ("layout twice", ["--hidden-state-layout", "embed,layer:3"],
+         "--hidden-state-layout embed,layer:2 and --hidden-state-layout embed,layer:3 both set"),
     ],
 )  # fmt: skip
 def test_capture_only_bad_input_exits_2_before_sglang(tmp_path, case, extra, message):

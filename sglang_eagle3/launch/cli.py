@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-h", "--help", action="store_true", help="show this help and exit")
     p.add_argument(
         "--hidden-state-layout",
+        action="append",  # given twice with different values is an error (_once)
         metavar="TAPS",
         help="the taps the drafter's fc was trained on, in order, e.g. embed,layer:2,layer:30 "
         "(embed = embedding output; layer:K = output of decoder layer K, 0-indexed); required "
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--aux-layer-convention",
+        action="append",
         choices=["output-of-layer", "input-to-layer"],
         help="how to read the draft config's eagle_aux_hidden_state_layer_ids when it does not "
         "say: output-of-layer (-1 = embed; SpecForge, SGLang llama/qwen) or input-to-layer "
@@ -104,6 +106,19 @@ def _start(plan: LaunchPlan, cpu: bool) -> None:
     os.execve(sys.executable, argv, env)
 
 
+def _once(values: list[str] | None, flag: str) -> str | None:
+    """The one value of a launcher flag; an error when given twice with different values
+    (argparse would silently keep the last, as SGLang does for its own flags)."""
+    if values and len(set(values)) > 1:
+        raise WiringError(
+            f"{flag} {values[0]} and {flag} {values[-1]} both set {flag}; "
+            "which one the drafter was trained on cannot be guessed",
+            path="command line",
+            fix="give the option once",
+        )
+    return values[-1] if values else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
@@ -114,13 +129,13 @@ def main(argv: list[str] | None = None) -> int:
             "`python -m sglang.launch_server --help` for those."
         )
         return 0
-    opts = LaunchOptions(
-        args.hidden_state_layout,
-        args.aux_layer_convention,
-        args.draft_cache_dir,
-        override_draft_layout=args.override_draft_layout,
-    )
     try:
+        opts = LaunchOptions(
+            _once(args.hidden_state_layout, "--hidden-state-layout"),
+            _once(args.aux_layer_convention, "--aux-layer-convention"),
+            args.draft_cache_dir,
+            override_draft_layout=args.override_draft_layout,
+        )
         rest = canonical_argv(rest)  # what SGLang's own parser will make of it
         if args.cpu:  # after --config is merged, so a file's value is not a default to fill
             from sglang_eagle3.launch.server_process import with_cpu_defaults
