@@ -18,6 +18,8 @@ from conftest_helpers_layout import (
     write_json,
 )
 
+from sglang_eagle3 import env_names
+
 GOLDEN = Path(__file__).parent / "golden"
 SEED_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
               "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]  # fmt: skip
@@ -233,6 +235,23 @@ def test_capture_only_bad_input_exits_2_before_sglang(tmp_path, case, extra, mes
     err = [line for line in out.stderr.splitlines() if line.strip()]
     assert err[0].startswith("python -m sglang_eagle3.launch: error:") and message in err[0], err
     assert "SGLANG_IMPORTED" not in out.stderr, "validation must happen before SGLang loads"
+
+
+def test_cpu_ranks_get_a_core_set_each_or_an_error_before_sglang(tmp_path, monkeypatch):
+    """Without SGLANG_CPU_OMP_THREADS_BIND, SGLang 0.5.23 dies 40 s into a CPU start with two
+    ranks on one NUMA node (numa_utils.py:463): the launcher binds them, or refuses at once."""
+    monkeypatch.delenv(env_names.CPU_OMP_THREADS_BIND, raising=False)
+    target = str(config_target(tmp_path / "t"))
+    ok = run_launch(["--cpu", "--model-path", target, "--tp-size", "2", "--dry-run"], tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    cores = sorted(os.sched_getaffinity(0))
+    assert f"{env_names.CPU_OMP_THREADS_BIND}='{cores[0]}" in ok.stdout  # in the command line
+    too_many = str(len(cores) + 1)
+    out = run_launch(["--cpu", "--model-path", target, "--tp-size", too_many, "--dry-run"],
+                     tmp_path)  # fmt: skip
+    err = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and "CPU ranks need a core each" in err[0], out.stderr
+    assert "SGLANG_IMPORTED" not in out.stderr
 
 
 def test_help_shows_ours_then_points_to_sglang(tmp_path):

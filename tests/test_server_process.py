@@ -50,3 +50,33 @@ def test_only_the_one_thread_cpu_harness_forks_sglangs_children(env, module, tmp
     assert server_module(env) == "sglang.launch_server"  # no harness: stock, always
     if env_names.CPU_FORK in env:  # the CPU servers tests start go through it
         assert sp.sglang_server("/m", [], tmp_path / "log", env=env).argv[1:3] == ["-m", module]
+
+
+@pytest.mark.parametrize(
+    "argv,ranks",
+    [
+        ([], 1),
+        (["--tp-size", "2"], 2),
+        (["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"], 2),  # DP inside TP
+        (["--tp-size", "2", "--dp-size", "2"], 4),
+        (["--tp-size", "2", "--pp-size", "2"], 4),
+    ],
+)
+def test_cpu_ranks_count_what_sglang_binds(argv, ranks):
+    from sglang_eagle3.launch.cpu_env import cpu_ranks
+
+    assert cpu_ranks(argv) == ranks
+
+
+def test_rank_binding_gives_each_rank_its_own_cores_or_refuses():
+    from sglang_eagle3.errors import WiringError
+    from sglang_eagle3.launch.cpu_env import rank_binding
+
+    bind = env_names.CPU_OMP_THREADS_BIND
+    assert rank_binding({}, 2, [0, 1])[bind] == "0|1"
+    assert rank_binding({}, 2, [7, 4, 5, 6, 0, 1, 2, 3])[bind] == "0-3|4-7"
+    assert rank_binding({}, 2, [0, 2, 4, 6])[bind] == "0,2|4,6"  # not contiguous: listed
+    assert bind not in rank_binding({}, 1, [0, 1])  # one rank: SGLang's own default works
+    assert rank_binding({bind: "1|0"}, 2, [0, 1])[bind] == "1|0"  # the user's choice stays
+    with pytest.raises(WiringError, match=r"4 CPU ranks need a core each.*lower --tp-size"):
+        rank_binding({}, 4, [0, 1])

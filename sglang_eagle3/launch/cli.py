@@ -12,8 +12,10 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
+from sglang_eagle3 import env_names
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.launch.plan import LaunchOptions, LaunchPlan, plan_launch
 from sglang_eagle3.launch.sglang_argv import canonical_argv
@@ -106,6 +108,21 @@ def _start(plan: LaunchPlan, cpu: bool) -> None:
     os.execve(sys.executable, argv, env)
 
 
+def _bind_cpu_ranks(plan: LaunchPlan) -> LaunchPlan:
+    """More than one CPU rank and no SGLANG_CPU_OMP_THREADS_BIND: a core set per rank, shown
+    in the plan (or a WiringError when there are fewer cores than ranks)."""
+    from sglang_eagle3.launch.cpu_env import cpu_ranks, rank_binding
+
+    name = env_names.CPU_OMP_THREADS_BIND
+    if os.environ.get(name) or plan.env.get(name):
+        return plan
+    env = rank_binding({}, cpu_ranks(list(plan.sglang_argv)), sorted(os.sched_getaffinity(0)))
+    if name not in env:
+        return plan
+    note = f"{name}={env[name]}: a core set per CPU rank (set it yourself to choose others)"
+    return replace(plan, env={**plan.env, name: env[name]}, notes=(*plan.notes, note))
+
+
 def _once(values: list[str] | None, flag: str) -> str | None:
     """The one value of a launcher flag; an error when given twice with different values
     (argparse would silently keep the last, as SGLang does for its own flags)."""
@@ -142,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
 
             rest = with_cpu_defaults(rest)
         plan = plan_launch(rest, opts)
+        if args.cpu:
+            plan = _bind_cpu_ranks(plan)
         if args.json:
             out = plan.to_json()
             out["command"] = command_line(plan)
