@@ -209,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
                             raise _ServerDied
     except _ServerDied:
         pass  # the results gathered so far are still written; the exit code is 1
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM while a launched server runs
+        bar.close()
+        why = str(stop) or "SIGINT"
+        print(f"bench_spec: stopped by {why}; every server it launched is stopped",
+              file=sys.stderr)  # fmt: skip
+        return 143 if why == "SIGTERM" else 130
     except (RuntimeError, TimeoutError) as e:
         bar.close()
         print(f"bench_spec: error: {e}", file=sys.stderr)

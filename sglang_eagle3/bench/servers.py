@@ -83,16 +83,17 @@ def live_server(spec: ServerSpec, log_dir: Path, timeout: float = 600.0) -> Iter
     if not spec.launched:
         yield spec.url
         return
-    from sglang_eagle3.launch.server_process import sglang_server
+    from sglang_eagle3.launch.server_process import sglang_server, signals_interrupt
 
     log_dir.mkdir(parents=True, exist_ok=True)
     srv = sglang_server(
         spec.model_path, list(spec.launch_args), log_dir / f"{spec.name}.log",
         cpu="--cpu" in spec.launch_args, module="sglang_eagle3.launch",
     )  # fmt: skip
-    srv.start()
-    try:
-        srv.wait_ready(timeout=timeout)
-        yield srv.url
-    finally:
-        srv.stop()
+    with signals_interrupt():  # SIGTERM, like Ctrl-C, stops the server on the way out
+        try:
+            srv.start()
+            srv.wait_ready(timeout=timeout)
+            yield srv.url
+        finally:
+            srv.stop()

@@ -123,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     except WiringError as err:
         print(f"sglang_eagle3.doctor: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM while a server of ours runs
+        why = str(stop) or "SIGINT"
+        print(f"sglang_eagle3.doctor: stopped by {why}; no process it started is left running",
+              file=sys.stderr)  # fmt: skip
+        return 143 if why == "SIGTERM" else 130
     seconds = round(time.monotonic() - start, 1)
     if as_json:
         print(json.dumps({**report.to_dict(), "wall_seconds": seconds}, indent=2))

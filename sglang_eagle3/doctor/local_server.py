@@ -22,7 +22,7 @@ START_TIMEOUT = 900.0  # seconds: a large target loads for minutes
 @contextlib.contextmanager
 def local_capture_server(target: str, taps: Sequence[Tap], *, device: str) -> Iterator[str]:
     """Yields the URL of a capture-mode SGLang on ``target`` capturing ``taps``."""
-    from sglang_eagle3.launch.server_process import sglang_server
+    from sglang_eagle3.launch.server_process import sglang_server, signals_interrupt
 
     layout = ",".join(str(t) for t in taps)
     extra = ["--enable-return-aux-hidden-states", "--hidden-state-layout", layout,
@@ -33,18 +33,21 @@ def local_capture_server(target: str, taps: Sequence[Tap], *, device: str) -> It
     with tempfile.TemporaryDirectory(prefix="sglang_eagle3_doctor_") as tmp:
         log = Path(tmp) / "server.log"
         srv = sglang_server(target, extra, log, cpu=cpu, module="sglang_eagle3.launch")
-        srv.start()
-        try:
+        # SIGTERM, like Ctrl-C, goes through the finally: the server (in its own session)
+        # would otherwise outlive the doctor
+        with signals_interrupt():
             try:
-                srv.wait_ready(timeout=START_TIMEOUT)
-            except (RuntimeError, TimeoutError):
-                tail = [ln for ln in srv.log().splitlines() if ln.strip()][-1:] or ["(empty log)"]
-                raise WiringError(
-                    f"the SGLang capture server the doctor started did not come up: {tail[0]}",
-                    path=str(target),
-                    fix="run the same target with --engine hf, or start the server yourself "
-                    "and pass --server URL",
-                ) from None
-            yield srv.url
-        finally:
-            srv.stop()
+                srv.start()
+                try:
+                    srv.wait_ready(timeout=START_TIMEOUT)
+                except (RuntimeError, TimeoutError):
+                    tail = [ln for ln in srv.log().splitlines() if ln.strip()][-1:] or ["(empty)"]
+                    raise WiringError(
+                        f"the SGLang capture server the doctor started did not come up: {tail[0]}",
+                        path=str(target),
+                        fix="run the same target with --engine hf, or start the server "
+                        "yourself and pass --server URL",
+                    ) from None
+                yield srv.url
+            finally:
+                srv.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -9,9 +10,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,6 +87,39 @@ def free_port() -> int:
     with socket.socket() as s:  # a crowded machine: any free port
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """Inside, SIGTERM raises KeyboardInterrupt as Ctrl-C does, so the `finally` that stops a
+    server runs: Python's default SIGTERM ends the process at once, and a server started in
+    its own session outlives it. Main thread only (elsewhere signals cannot be handled)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """A second Ctrl-C or SIGTERM must not cut a stop short and leave the children behind."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 @dataclass
@@ -174,20 +210,21 @@ class ServerProcess:
 
         if self.proc is None:
             return None
-        procs = []
-        for pid in self.pids():
-            try:
-                procs.append(psutil.Process(pid))
-            except psutil.NoSuchProcess:
-                pass
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        _, alive = psutil.wait_procs(procs, timeout=timeout)
-        for p in alive:
-            p.kill()
-        psutil.wait_procs(alive, timeout=10)
-        code = self.proc.wait(timeout=10)
-        self._log.close()
+        with _signals_ignored():
+            procs = []
+            for pid in self.pids():
+                try:
+                    procs.append(psutil.Process(pid))
+                except psutil.NoSuchProcess:
+                    pass
+            if self.proc.poll() is None:
+                self.proc.send_signal(sig)
+            _, alive = psutil.wait_procs(procs, timeout=timeout)
+            for p in alive:
+                p.kill()
+            psutil.wait_procs(alive, timeout=10)
+            code = self.proc.wait(timeout=10)
+            self._log.close()
         return code
 
 
