@@ -20,3 +20,18 @@ def doctor_report():
         return done[opts]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def random_draft(tmp_path_factory):
+    """A seeded random speculators EAGLE-3 draft on disk (hidden 64, ids [0, 3, 6]): the
+    doctor's bad-input tests read it, none writes to it."""
+    pytest.importorskip("speculators.models.eagle3")
+    try:
+        from test_draft_forward import speculators_model
+    except ImportError:  # run from elsewhere with the repository root on sys.path
+        from tests.test_draft_forward import speculators_model
+
+    d = tmp_path_factory.mktemp("random_draft")
+    speculators_model(True).save_pretrained(str(d))
+    return d

@@ -13,11 +13,6 @@ from sglang_eagle3.bench.metrics import spec_stats
 from sglang_eagle3.doctor.cli import DoctorOptions, main, run_doctor
 from sglang_eagle3.doctor.prompts import BUILT_IN
 
-try:
-    from test_doctor_inputs import random_draft  # noqa: F401
-except ImportError:  # run from elsewhere with the repository root on sys.path
-    from tests.test_doctor_inputs import random_draft  # noqa: F401
-
 TRAINED = ["embed", "layer:2", "layer:5"]
 CAPTURE_TAPS = "embed,layer:0,layer:1,layer:2,layer:3,layer:4,layer:5,layer:6"  # all DeepSeek's
 SPEC = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",

@@ -15,19 +15,6 @@ from sglang_eagle3.doctor.cli import main
 from sglang_eagle3.layout.taps import Tap
 
 
-@pytest.fixture(scope="module")
-def random_draft(tmp_path_factory):
-    pytest.importorskip("speculators.models.eagle3")
-    try:
-        from test_draft_forward import speculators_model
-    except ImportError:  # run from elsewhere with the repository root on sys.path
-        from tests.test_draft_forward import speculators_model
-
-    d = tmp_path_factory.mktemp("random_draft")
-    speculators_model(True).save_pretrained(str(d))  # hidden 64, ids [0, 3, 6]
-    return d
-
-
 def write_data(path: Path, *, taps: list[str], hidden: int = 64, n: int = 2) -> Path:
     with TrainDataWriter(path, taps=taps, num_layers=8) as w:
         for _ in range(n):

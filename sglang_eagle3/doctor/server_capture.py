@@ -59,10 +59,16 @@ class ServerClient:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 body = resp.read()
         except urllib.error.HTTPError as err:
-            body = err.read()[:300].decode(errors="replace")
-            raise ServerHTTPError(err.code, path, body) from None
+            raise ServerHTTPError(err.code, path, _gist(err.read())) from None
         except (urllib.error.URLError, OSError, TimeoutError) as err:
             reason = getattr(err, "reason", err)
+            if isinstance(reason, TimeoutError):  # socket.timeout is one: it is up, but slow
+                raise WiringError(
+                    f"the server at {self.url} did not answer {path} within --request-timeout "
+                    f"{self.timeout:g} s",
+                    path="--server",
+                    fix="raise --request-timeout (a long prompt on a busy target takes longer)",
+                ) from None
             raise WiringError(
                 f"cannot reach the server at {self.url} ({reason})",
                 path="--server",
@@ -72,15 +78,41 @@ class ServerClient:
         return body
 
     def get(self, path: str) -> dict:
-        return json.loads(self.request(path))
+        return self._object(path, self.request(path))
 
     def post(self, path: str, payload: dict) -> dict:
-        return json.loads(self.request(path, payload))
+        return self._object(path, self.request(path, payload))
+
+    def _object(self, path: str, body: bytes) -> dict:
+        """The JSON object ``body``; anything else is the wrong server, said in one line."""
+        try:
+            out = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            out = None
+        if not isinstance(out, dict):
+            raise WiringError(
+                f"{self.url}{path} answered {_gist(body)}, not the JSON object an SGLang server "
+                "gives",
+                path="--server",
+                fix=f"point --server at an SGLang started with: {server_command()}",
+            )
+        return out
+
+
+def _gist(body: bytes) -> str:
+    """A server's answer, short: an HTML page is named, not pasted."""
+    text = body[:2000].decode(errors="replace").strip()
+    if text[:100].lower().lstrip().startswith(("<!doctype html", "<html")):
+        return "an HTML page"
+    return repr(text[:200]) if text else "an empty body"
 
 
 class ServerHTTPError(WiringError):
     def __init__(self, code: int, path: str, body: str) -> None:
-        super().__init__(f"the server answered {path} with HTTP {code}: {body}")
+        fix = (f"point --server at an SGLang started with: {server_command()}" if code == 404
+               else "the server's log says why")  # fmt: skip
+        super().__init__(f"the server answered {path} with HTTP {code}: {body}", path="--server",
+                         fix=fix)  # fmt: skip
         self.code = code
 
 
@@ -105,7 +137,38 @@ def server_capture_state(client: ServerClient) -> dict:
             path="--server",
             fix=f"restart it with: {server_command()}",
         )
+    _check_state(state, f"{client.url}{CAPTURE_ROUTE}")
     return state
+
+
+# The fields the doctor reads from the route (hooks/capture_route.py capture_report).
+STATE_FIELDS = {"num_layers": int, "hidden_size": int, "capture_order": list}
+
+
+def _check_state(state: dict, where: str) -> None:
+    for name, kind in STATE_FIELDS.items():
+        value = state.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise WiringError(
+                f"{where} says {name} is {value!r}, not the {kind.__name__} sglang_eagle3's "
+                "plugin writes",
+                path="--server",
+                fix="check that the server runs an unmodified sglang_eagle3 with its plugin "
+                "loaded (`pip show sglang-eagle3` where it runs)",
+            )
+    if state["num_layers"] < 1 or state["hidden_size"] < 1:
+        raise WiringError(
+            f"{where} says the target has {state['num_layers']} layers of width "
+            f"{state['hidden_size']}",
+            path="--server",
+            fix="check that the server runs an unmodified sglang_eagle3",
+        )
+    if not all(isinstance(t, str) for t in state["capture_order"]):
+        raise WiringError(
+            f"{where} says capture_order is {state['capture_order']!r}, not a list of tap names",
+            path="--server",
+            fix="check that the server runs an unmodified sglang_eagle3",
+        )
 
 
 def capture_from_server(
