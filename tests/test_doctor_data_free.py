@@ -64,6 +64,21 @@ def test_empty_prompts_file_is_one_line(random_draft, tiny_target, tmp_path, cap
     assert f"{empty}: no prompts in it" in one_error_line(capsys)
 
 
+@pytest.mark.slow  # the trained drafter
+def test_a_prompt_past_the_targets_context_is_one_line_before_any_model_runs(
+    drafter, tmp_path, capsys
+):
+    prompts = tmp_path / "prompts.jsonl"
+    long = "def f(x):\n    return x\n" * 400  # thousands of tokens; the target reads 2,048
+    prompts.write_text(json.dumps({"text": "def main("}) + "\n" + json.dumps({"text": long}))
+    argv = ["--draft", str(drafter.draft_dir), "--target", str(drafter.target_dir),
+            "--prompts", str(prompts), "--engine", "hf"]  # fmt: skip
+    assert main(argv) == 2
+    line = one_error_line(capsys)
+    assert f"{prompts}: prompt 2 has " in line and "passes the target's 2048 positions" in line
+    assert "Fix: keep each prompt under" in line and "NO LAYOUT" not in line
+
+
 def test_draft_too_narrow_for_the_target_is_one_line(random_draft, tiny_target, capsys):
     # the random draft is 64 wide, the tiny target 128
     assert main(["--draft", str(random_draft), "--target", str(tiny_target)]) == 2

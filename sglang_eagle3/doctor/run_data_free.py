@@ -79,7 +79,10 @@ def captured_evidence(opts: DoctorOptions):
     else:
         from sglang_eagle3.doctor.target_capture import capture_in_process
 
-        data = capture_in_process(opts.target, prompts, taps, num_layers=n, **common)
+        try:
+            data = capture_in_process(opts.target, prompts, taps, num_layers=n, **common)
+        except WiringError as err:  # a prompt too long: name the file it came from
+            raise err.with_path(opts.prompts or "the built-in prompts") from None
     cands = build_candidates(lay, taps, len(taps), n, search=opts.search, positional=False,
                              extra=extra)  # fmt: skip
     source = dict(data.source)

@@ -86,6 +86,22 @@ def scored_tokens(samples: Sequence[Sample]) -> int:
     return sum(int(s.loss_mask.sum()) for s in samples)
 
 
+def check_context(encoded: Sequence[list[int]], max_new_tokens: int, context: int | None) -> None:
+    """Refuse, before the model loads, a prompt the target cannot read with its continuation:
+    past its positions it runs for minutes and scores garbage (a 10,502-token line on a
+    2,048-position target ran 208 s, then blamed the drafter)."""
+    if not context:
+        return
+    for i, ids in enumerate(encoded):
+        if len(ids) + max_new_tokens > context:
+            raise WiringError(
+                f"prompt {i + 1} has {len(ids)} tokens; with --max-new-tokens {max_new_tokens} "
+                f"that passes the target's {context} positions",
+                fix=f"keep each prompt under {context - max_new_tokens} tokens (or lower "
+                "--max-new-tokens)",
+            )
+
+
 @torch.inference_mode()
 def capture_in_process(
     target_dir: str | Path,
@@ -112,16 +128,18 @@ def capture_in_process(
             path=str(target_dir),
             fix="point --target at a model directory with its tokenizer files",
         ) from None
+    encoded = [tok(text).input_ids for text in prompts]
+    check_context(encoded, max_new_tokens, cfg.get("max_position_embeddings"))
     model = load_hf(target_dir, cfg)
     index = [t.hf_index for t in taps]
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     samples: list[Sample] = []
     bar = progress_bar(max_tokens, progress)
     try:
-        for i, text in enumerate(prompts):
+        for i, ids in enumerate(encoded):
             if scored_tokens(samples) >= max_tokens:
                 break
-            prompt = torch.tensor([tok(text).input_ids], dtype=torch.long)
+            prompt = torch.tensor([ids], dtype=torch.long)
             out = model.generate(
                 input_ids=prompt,
                 attention_mask=torch.ones_like(prompt),
