@@ -219,6 +219,14 @@ def test_server_mode_gives_the_in_process_numbers(server_factory, drafter, docto
     assert best_row(remote)["layout"] == TRAINED
     figures.record("doctor --server: bytes moved per token (8 taps x 128, JSON)",
                    remote.source["bytes_per_token"])  # fmt: skip
+    assert remote.source["cut_short"] is False and "cut the run short" not in remote.reason
+    # a run the time limit cuts after its first prompt says so, wherever it gives the verdict
+    cut = run_doctor(DoctorOptions(str(drafter.draft_dir), server=srv.url,
+                                   server_time_limit=0.001, **opts))  # fmt: skip
+    assert cut.source["cut_short"] is True and cut.source["prompts"] == 1
+    assert f"stopped after 1 of {remote.source['prompts']} prompts" in cut.render()
+    assert "--server-time-limit cut the run short" in cut.reason
+    assert cut.to_dict()["reason"] == cut.reason
 
 
 @pytest.mark.sglang

@@ -116,6 +116,7 @@ def _run(opts: DoctorOptions) -> Report:
     )
     report.settings = _settings(lay.spec, family)
     report.source = ev.source
+    _say_when_cut_short(report)
     if opts.search:
         from sglang_eagle3.doctor.search_winner import search_winner
 
@@ -127,6 +128,20 @@ def _run(opts: DoctorOptions) -> Report:
             "given depth d-1, replay walks the tree's greedy verify"
         )
     return report
+
+
+def _say_when_cut_short(report) -> None:
+    """A run --server-time-limit stopped early gives its verdict on part of the prompts: the
+    note, the reason line and the JSON say so (it once read a plain OK on 1 of 18 prompts)."""
+    cut = [n for n in report.source.get("notes", []) if "--server-time-limit" in n]
+    report.source["cut_short"] = bool(cut)
+    if not cut:
+        return
+    report.notes += cut
+    report.reason += (
+        f" (on {report.source.get('prompts')} prompts, {report.source.get('scored_tokens')} "
+        "tokens only: --server-time-limit cut the run short; raise it to score every prompt)"
+    )
 
 
 @dataclass(frozen=True)

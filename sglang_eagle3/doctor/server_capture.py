@@ -203,7 +203,8 @@ def capture_from_server(
             if scored_tokens(samples) >= max_tokens:
                 break
             if time.monotonic() - start > time_limit:
-                notes.append(f"stopped after {i} prompts: --server-time-limit {time_limit:g} s")
+                notes.append(f"stopped after {i} of {len(prompts)} prompts: --server-time-limit "
+                             f"{time_limit:g} s")  # fmt: skip
                 break
             if flush:  # a cached prefix returns no rows for it; the draft needs every row
                 client.request("/flush_cache", {})
