@@ -184,6 +184,10 @@ def test_search_without_ids_finds_the_trained_layout(drafter, tmp_path, capsys, 
     assert search["layout"] == TRAINED, search["text"]
     assert search["flags"] == "--hidden-state-layout embed,layer:2,layer:5"
     assert search["z"] >= 4 and not search["tied"], search["text"]  # measured: z = 5.3
+    # one report, one winner: the verdict and the table's top row name the search's layout
+    scored = [r for r in report["candidates"] if r["evaluable"] and not r["is_floor"]]
+    assert scored[0]["layout"] == TRAINED, scored[0]
+    assert "clearly below embed, layer:2, layer:5 (" in report["reason"], report["reason"]
     figures.record("--search without ids, 64 training prompts: paired z over the runner-up",
                    search["z"], ".1f")  # fmt: skip
 

@@ -133,6 +133,7 @@ def _row(res: Result, lay: DraftLayouts, steps: int) -> dict[str, Any]:
         "evaluable": c.indices is not None,
         "why_not": c.why_not,
         "accuracy": res.accuracy,
+        "mean_logp": res.mean_logp,
         "step_accuracy": res.rates(),
         "step_counts": [[a, b] for a, b in zip(res.correct, res.total, strict=True)],
         "predicted_accept_length": res.accept_length(steps),
@@ -144,15 +145,20 @@ def _row(res: Result, lay: DraftLayouts, steps: int) -> dict[str, Any]:
 
 
 def _verdict(
-    rows: list[dict], results: dict[int, Result], lay: DraftLayouts, margins: tuple[float, float]
-) -> tuple[str, str, int]:
-    """``margins`` = (minimum accuracy gap, minimum paired z) for "clearly below"."""
+    rows: list[dict], results: dict[int, Result], lay: DraftLayouts, margins: tuple[float, float],
+    best_layout: list[str] | None = None,
+) -> tuple[str, str, int]:  # fmt: skip
+    """``margins`` = (minimum accuracy gap, minimum paired z) for "clearly below";
+    ``best_layout``: the best candidate when a ranking other than step-1 top-1 chose it
+    (--search), so that one report names one winner."""
     scored = [r for r in rows if r["evaluable"] and not r["is_floor"] and r["accuracy"] is not None]
     if not scored:
         return UNKNOWN, "no candidate could be scored (no tokens under the loss mask?)", 0
-    best = max(scored, key=lambda r: r["accuracy"])
+    top = max(scored, key=lambda r: r["accuracy"])
+    best = next((r for r in scored if r["layout"] == best_layout), top)
     floor = next((r for r in rows if r["is_floor"] and r["accuracy"] is not None), None)
-    if floor is not None and best["accuracy"] <= floor["accuracy"]:
+    if floor is not None and top["accuracy"] <= floor["accuracy"]:
+        best = top
         # the served layout cannot be "OK" when no layout gives the draft anything
         return (
             NO_TAPS,
@@ -204,10 +210,19 @@ def make_report(
     target_check: TargetCheck | None,
     steps: int,
     margins: tuple[float, float],
+    search: dict | None = None,
 ) -> Report:
+    """``search``: --search's winner (search_winner.py); its ranking then orders the rows and
+    names the verdict's best candidate too."""
     rows = [{**_row(r, lay, steps), "_id": i} for i, r in enumerate(results)]
-    rows.sort(key=lambda r: (not r["evaluable"], -(r["accuracy"] or 0.0)))
-    verdict, reason, code = _verdict(rows, dict(enumerate(results)), lay, margins)
+    if search is not None and search["ranked_by"].startswith("mean"):
+        low = float("-inf")
+        rows.sort(key=lambda r: (not r["evaluable"], -(r["mean_logp"] if r["mean_logp"]
+                                                         is not None else low)))  # fmt: skip
+    else:
+        rows.sort(key=lambda r: (not r["evaluable"], -(r["accuracy"] or 0.0)))
+    best = search["layout"] if search is not None else None
+    verdict, reason, code = _verdict(rows, dict(enumerate(results)), lay, margins, best)
     for r in rows:
         del r["_id"]
     notes = list(lay.notes) + check_against_taps(fingerprint, stored)

@@ -101,6 +101,11 @@ def _run(opts: DoctorOptions) -> Report:
     check = None
     if opts.target and head is not None:
         check = check_target(opts.target, iter(data), head, stored=ev.stored)
+    search = None
+    if opts.search:
+        from sglang_eagle3.doctor.search_winner import search_winner
+
+        search = search_winner(results)
     report = make_report(
         opts_dict=opts.__dict__,
         info=info,
@@ -113,14 +118,12 @@ def _run(opts: DoctorOptions) -> Report:
         target_check=check,
         steps=opts.steps,
         margins=(MIN_GAP, MIN_Z),
+        search=search,
     )
+    report.search = search
     report.settings = _settings(lay.spec, family)
     report.source = ev.source
     _say_when_cut_short(report)
-    if opts.search:
-        from sglang_eagle3.doctor.search_winner import search_winner
-
-        report.search = search_winner(results)
     if opts.topk > 1:
         report.notes.append(
             f"scored as SGLang drafts a tree: topk {opts.topk}, "
