@@ -13,11 +13,6 @@ from sglang_eagle3.doctor.cli import main
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.layout.taps import Tap, parse_taps
 
-try:  # the doctor tests' tiny random draft: a fixture, found by pytest under this name
-    from test_doctor_inputs import random_draft  # noqa: F401
-except ImportError:  # run from elsewhere with the repository root on sys.path
-    from tests.test_doctor_inputs import random_draft  # noqa: F401
-
 TAPS = ["embed", "layer:2", "layer:5", "layer:7"]
 
 
@@ -268,6 +263,13 @@ BAD_STACKS = {  # name: (tensors joining or replacing [3, 6, 4, 8] and [3, 6], m
     "length past seq": ({"lengths": torch.tensor([6, 7, 6])}, "row 1: length 7"),
     "packed attention_mask": ({"attention_mask": torch.tensor([[1, 1, 0, 1, 1, 1]] * 3)},
                               "row 0: attention_mask is not one block"),
+    "empty attention_mask row": ({"attention_mask": torch.tensor([[0] * 6] * 3)},
+                                 "row 0: attention_mask is all zeros"),
+    "attention_mask of 2s": ({"attention_mask": torch.full((3, 6), 2)}, "other than 0 and 1"),
+    "float lengths": ({"lengths": torch.tensor([6.0, 6.0, 6.0])}, "expected integers"),
+    "lengths against the mask": ({"lengths": torch.tensor([6, 5, 6]),
+                                  "attention_mask": torch.ones(3, 6, dtype=torch.long)},
+                                 "row 1: lengths says 5 tokens, attention_mask 6"),
 }  # fmt: skip
 
 
@@ -279,6 +281,7 @@ def test_bad_stacked_shapes_give_one_error_naming_the_file(tmp_path, name):
     with pytest.raises(WiringError, match=message) as err:
         list(TrainData(f))
     assert err.value.path == str(f) and str(f) in str(err.value)
+    assert err.value.fix, f"{name}: the message says what is wrong but not how to fix it"
     pt = tmp_path / "bad.pt"
     torch.save(tensors, pt)
     with pytest.raises(WiringError, match=message) as err:

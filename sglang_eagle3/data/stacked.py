@@ -96,7 +96,9 @@ def layout_rows(shapes: Mapping[str, Shape], where: str) -> int | None:
 def _same(key: str, shapes: Mapping[str, Shape], ids: list[int], name: str, where: str) -> None:
     if key in shapes and list(shapes[key]) != ids:
         raise WiringError(
-            f"{key} {list(shapes[key])} vs {name} {ids}: expected the same shape", path=where
+            f"{key} {list(shapes[key])} vs {name} {ids}: expected the same shape",
+            path=where,
+            fix=f"write {key} with one value per token of {name}",
         )
 
 
@@ -106,7 +108,11 @@ def pt_shapes(data: Mapping[str, object], where: str) -> dict[str, list[int]]:
     missing."""
     for k in ("loss_mask", "attention_mask", "lengths", SCALES):
         if k in data and not isinstance(data[k], torch.Tensor):
-            raise WiringError(f"{k} is a {type(data[k]).__name__}, expected a tensor", path=where)
+            raise WiringError(
+                f"{k} is a {type(data[k]).__name__}, expected a tensor",
+                path=where,
+                fix=f"save {k} as a torch tensor",
+            )
     hs = data.get("hidden_states")
     if isinstance(hs, (list, tuple)) and hs and all(isinstance(t, torch.Tensor) for t in hs):
         first = list(hs[0].shape)
@@ -138,11 +144,15 @@ def row_spans(
     if attention_mask is not None:
         on = attention_mask.bool()  # [num_samples, seq]
         if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
-            raise WiringError("attention_mask holds values other than 0 and 1", path=where)
+            raise WiringError(
+                "attention_mask holds values other than 0 and 1", path=where, fix=_MASK_FIX
+            )
         for r in range(num_samples):
             pos = on[r].nonzero().flatten()  # [n_real]
             if pos.numel() == 0:
-                raise WiringError(f"row {r}: attention_mask is all zeros", path=where)
+                raise WiringError(
+                    f"row {r}: attention_mask is all zeros", path=where, fix=_MASK_FIX
+                )
             start, end = int(pos[0]), int(pos[-1]) + 1
             if end - start != pos.numel():  # packed sequences would need a position reset
                 raise WiringError(
@@ -153,18 +163,27 @@ def row_spans(
             spans[r] = (start, end)
     if lengths is not None:
         if lengths.is_floating_point() or lengths.dtype == torch.bool:
-            raise WiringError(f"lengths is {lengths.dtype}; expected integers", path=where)
+            raise WiringError(
+                f"lengths is {lengths.dtype}; expected integers", path=where, fix=_LENGTHS_FIX
+            )
         for r, n in enumerate(lengths.tolist()):
             if not 1 <= n <= seq:
-                raise WiringError(f"row {r}: length {n} is outside 1 .. {seq}", path=where)
+                raise WiringError(
+                    f"row {r}: length {n} is outside 1 .. {seq}", path=where, fix=_LENGTHS_FIX
+                )
             if attention_mask is not None and spans[r][1] - spans[r][0] != n:
                 raise WiringError(
                     f"row {r}: lengths says {n} tokens, attention_mask {spans[r][1] - spans[r][0]}",
                     path=where,
+                    fix="write both from the same padding, or drop one of them",
                 )
             if attention_mask is None:
                 spans[r] = (0, n)
     return spans
+
+
+_MASK_FIX = "write attention_mask as 0/1 per token, with each row's real tokens one block of 1s"
+_LENGTHS_FIX = "write lengths as each row's count of real tokens (an integer, 1 .. sequence length)"
 
 
 Row = tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]  # row, hs, ids, mask (unchecked)

@@ -36,11 +36,19 @@ class TreeScore:
 
 def check_tree(steps: int, topk: int, draft_tokens: int) -> None:
     """The doctor's tree flags, under the same bound the launcher puts on SGLang's."""
+    if steps < 1 or topk < 1:
+        raise WiringError(
+            f"--steps {steps} --topk {topk}: a draft tree has at least 1 step and topk 1",
+            fix="give the server's own --speculative-num-steps and --speculative-eagle-topk "
+            "(both 1 or more)",
+        )
     most = max_draft_tokens(steps, topk)
-    if steps < 1 or topk < 1 or not 2 <= draft_tokens <= most:
+    if not 2 <= draft_tokens <= most:
         raise WiringError(
             f"--steps {steps} --topk {topk} --draft-tokens {draft_tokens}: a tree of "
-            f"{steps} steps and topk {topk} has 2 .. {most} draft tokens (root included)"
+            f"{steps} steps and topk {topk} has 2 .. {most} draft tokens (root included)",
+            fix=f"give --draft-tokens from 2 to {most} (the server's "
+            "--speculative-num-draft-tokens)",
         )
 
 
