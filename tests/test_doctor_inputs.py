@@ -33,6 +33,11 @@ def test_bad_inputs_exit_2_with_one_clear_line(random_draft, tmp_path, capsys):
     ok = write_data(tmp_path / "ok", taps=good_taps)
     code, err = run_main(["--draft", str(random_draft), "--data", str(ok)], capsys)
     assert code in (0, 1) and err == ""
+    code, err = run_main(
+        ["--draft", str(random_draft), "--data", str(ok), "--data-taps", "embed,layer:2"], capsys
+    )
+    assert code == 2 and "--data-taps names 2 taps, the data stores 4" in err, err
+    assert "Fix: name the data's 4 stored taps" in err
 
     wide = write_data(tmp_path / "wide", taps=good_taps, hidden=128)
     code, err = run_main(["--draft", str(random_draft), "--data", str(wide)], capsys)

@@ -207,6 +207,7 @@ def _training_data(opts: DoctorOptions) -> Evidence:
         raise WiringError(
             f"--data-taps names {len(given)} taps, the data stores {info.num_taps}",
             path=opts.data,
+            fix=f"name the data's {info.num_taps} stored taps, in the order it stores them",
         )
     for tap in given or info.taps or ():
         if not tap.exists_in(n):
