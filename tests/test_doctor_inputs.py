@@ -250,3 +250,17 @@ def test_draft_offsets_that_do_not_match_the_shapes_exit_2(random_draft, tmp_pat
     code, err = run_main(["--draft", str(bad), "--data", str(data)], capsys)
     assert code == 2 and err.count("\n") == 1, err
     assert str(f) in err and "'norm.weight'" in err and "Traceback" not in err
+
+
+def test_a_draft_given_as_the_target_is_named_as_one(random_draft, tiny_target, tmp_path, capsys):
+    """A speculators draft, or a Kimi MLA draft, passed as --target: the message says it is a
+    draft's config and how to fix --target (it once blamed the draft, or num_hidden_layers)."""
+    from sglang_eagle3.testing.tiny.random_mla_draft import write_random_mla_draft
+
+    ids = {"eagle_aux_hidden_state_layer_ids": [1, 3, 5]}
+    mla = write_random_mla_draft(tmp_path / "mla", tiny_target, eagle_config=ids)
+    for wrong, marker in ((random_draft, "speculators_config"), (mla, "draft_vocab_size")):
+        code, err = run_main(["--draft", str(random_draft), "--target", str(wrong)], capsys)
+        assert code == 2 and err.count("\n") == 1, err
+        assert f"{wrong / 'config.json'}: this is an EAGLE-3 draft's config ({marker})" in err
+        assert "Fix: point --target at the target model's directory" in err

@@ -51,12 +51,32 @@ def read_target_config(
     such as Kimi-K2.5 keep it in text_config), with ``ints`` checked there."""
     cfg_path = Path(model_path) / "config.json"
     cfg = read_config_json(model_path, missing=missing, fix=fix)
+    draft = draft_marker(cfg)
+    if draft:  # its own fields would pass or fail for the wrong reason, blaming the draft
+        raise WiringError(
+            f"this is an EAGLE-3 draft's config ({draft}), where the target model's is expected",
+            path=str(cfg_path),
+            fix=fix,
+        )
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
     for key in ints:
         value = text.get(key)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise WiringError(f"{key} must be an int, got {value!r}", path=str(cfg_path))
+            raise WiringError(f"{key} must be an int, got {value!r}", path=str(cfg_path), fix=fix)
     return cfg, text
+
+
+DRAFT_KEYS = ("speculators_config", "speculators_model_type", "draft_vocab_size")
+
+
+def draft_marker(cfg: dict) -> str | None:
+    """What says ``cfg`` is an EAGLE-3 draft's config (a key or an architecture), or None."""
+    key = next((k for k in DRAFT_KEYS if k in cfg), None)
+    if key is not None:
+        return key
+    archs = cfg.get("architectures")
+    names = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+    return next((a for a in names if "eagle" in a.lower() or "speculator" in a.lower()), None)
 
 
 def read_target(model_path: str | Path) -> TargetInfo:

@@ -155,7 +155,9 @@ def _verdict(
     if not scored:
         return UNKNOWN, "no candidate could be scored (no tokens under the loss mask?)", 0
     top = max(scored, key=lambda r: r["accuracy"])
-    best = next((r for r in scored if r["layout"] == best_layout), top)
+    best = top
+    if best_layout is not None:
+        best = next((r for r in scored if r["layout"] == best_layout), top)
     floor = next((r for r in rows if r["is_floor"] and r["accuracy"] is not None), None)
     if floor is not None and top["accuracy"] <= floor["accuracy"]:
         best = top
