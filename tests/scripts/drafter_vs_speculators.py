@@ -66,6 +66,9 @@ def speculators_logits(data) -> list[list[float]]:
 
     cfg = Eagle3SpeculatorConfig.from_pretrained(SPEC)
     cfg.transformer_layer_config._attn_implementation = "sdpa"  # flex attention needs a GPU
+    # the verifier is TARGET here: a shipped (restored) drafter's config names the path of
+    # the cache it was trained in, on another machine
+    cfg.speculators_config.verifier.name_or_path = TARGET
     model = Eagle3DraftModel.from_pretrained(SPEC, config=cfg).float().eval()
     seen = []
     model.lm_head.register_forward_hook(lambda _m, _i, out: seen.append(out.detach()))
