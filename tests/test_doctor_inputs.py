@@ -264,3 +264,17 @@ def test_a_draft_given_as_the_target_is_named_as_one(random_draft, tiny_target, 
         assert code == 2 and err.count("\n") == 1, err
         assert f"{wrong / 'config.json'}: this is an EAGLE-3 draft's config ({marker})" in err
         assert "Fix: point --target at the target model's directory" in err
+
+
+def test_ids_outside_the_vocabulary_name_the_data_file(random_draft, tmp_path, capsys):
+    from safetensors.torch import save_file
+
+    ids = torch.randint(0, 1024, (2, 16))
+    ids[1, 3] = 5000
+    dump = tmp_path / "dump.safetensors"
+    save_file({"hidden_states": torch.randn(2, 16, 4, 64), "input_ids": ids}, str(dump))
+    taps = ["--data-taps", "embed,layer:2,layer:5,layer:7", "--num-layers", "8"]
+    code, err = run_main(["--draft", str(random_draft), "--data", str(dump), *taps], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{dump}: sample 1: token id 5000 is outside the target's 1024 ids" in err
+    assert "model.safetensors" not in err and "Fix: use data tokenized" in err

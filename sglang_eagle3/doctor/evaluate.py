@@ -24,6 +24,7 @@ import torch
 from sglang_eagle3.data.train_data import Sample
 from sglang_eagle3.doctor.candidates import Candidate
 from sglang_eagle3.doctor.draft_forward import Eagle3Draft
+from sglang_eagle3.errors import WiringError
 
 
 @dataclass
@@ -236,12 +237,29 @@ def evaluate(
                 break
             keep = min(sample.input_ids.shape[0], max_tokens - used + 1)
             sample = _head(sample, keep)
+            check_ids(sample, draft.embed.vocab_size)
             truth = truth_tokens(sample, head)
             for cand, res in live:
                 score_sample(draft, sample, cand.indices or (), truth, steps, res, tree)
             used += keep - 1
             bar.update(keep - 1)
     return results
+
+
+def check_ids(sample: Sample, vocab_size: int) -> None:
+    """Refuse a sample whose ids the target (and so the draft's embedding) does not have,
+    naming the data file: the embedding's own check can only name the draft's weights."""
+    ids = sample.input_ids
+    if not ids.numel():
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab_size:
+        raise WiringError(
+            f"sample {sample.index}: token id {high if high >= vocab_size else low} is outside "
+            f"the target's {vocab_size} ids",
+            path=sample.path,
+            fix="use data tokenized with this target's tokenizer (and written from it)",
+        )
 
 
 def paired_z(better: Result, worse: Result) -> float:

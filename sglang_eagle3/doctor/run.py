@@ -85,9 +85,8 @@ def _run(opts: DoctorOptions) -> Report:
     draft = load_draft(opts.draft, target_dir=opts.target, device=opts.device, dtype=opts.dtype)
     # captured data's truth is its own greedy continuation: the target's head adds nothing
     head = VerifierHead(opts.target, device=opts.device) if opts.target and ev.uses_head else None
-    fp = fingerprint_taps(
-        ((s.hidden_states, s.input_ids) for s in data), max_tokens=2048, embed=draft.embed
-    )
+    fp = fingerprint_taps(_checked(data, draft.embed.vocab_size), max_tokens=2048,
+                          embed=draft.embed)  # fmt: skip
     results = evaluate(
         draft,
         iter(data),
@@ -131,6 +130,16 @@ def _run(opts: DoctorOptions) -> Report:
             "given depth d-1, replay walks the tree's greedy verify"
         )
     return report
+
+
+def _checked(data, vocab_size: int):
+    """(hidden states, ids) of each sample, its ids checked against the vocabulary first, so
+    a bad id names the data file (the embedding's own check names the draft's weights)."""
+    from sglang_eagle3.doctor.evaluate import check_ids
+
+    for s in data:
+        check_ids(s, vocab_size)
+        yield s.hidden_states, s.input_ids
 
 
 def _say_when_cut_short(report) -> None:
