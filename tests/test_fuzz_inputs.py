@@ -262,3 +262,91 @@ def test_mutated_draft_configs_through_the_doctor_end_in_one_line(
         where = ["--target", str(doctor_files["target"])] if with_target else ["--num-layers", "8"]
         argv = ["--draft", str(draft), "--data", str(doctor_files["data"]), *where]
         doctor_ends_cleanly([*argv, "--no-progress", "--max-tokens", "16"], capsys)
+
+
+# --- what a --server answers, and prompts files -------------------------------------------
+
+ROUTE_GOOD = {"sglang_eagle3": "x", "sglang": "0.5.23", "capture_only": True,
+              "layout": ["embed", "layer:2"], "capture_order": ["embed", "layer:2"],
+              "num_layers": 8, "hidden_size": 64, "family": "deepseek_v2",
+              "source": "env"}  # fmt: skip
+ROUTE_BODIES = st.one_of(
+    st.binary(max_size=64),
+    st.recursive(JUNK, lambda inner: st.lists(inner, max_size=3), max_leaves=6)
+    .map(lambda v: json.dumps(v).encode()),
+    st.dictionaries(st.sampled_from(sorted(ROUTE_GOOD)), JUNK, max_size=3)
+    .map(lambda bad: json.dumps({**ROUTE_GOOD, **bad}).encode()),
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def answering_server():
+    """One loopback HTTP server whose /sglang_eagle3/capture answers ``body["now"]``."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = {"now": b""}
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body["now"])))
+            self.end_headers()
+            self.wfile.write(body["now"])
+
+        def log_message(self, *args) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_port}", body
+    srv.shutdown()
+    srv.server_close()
+
+
+@settings(FUZZ, max_examples=200)
+@given(raw=ROUTE_BODIES)
+def test_any_capture_route_answer_is_read_or_refused_in_one_line(answering_server, raw):
+    """Whatever the capture route answers, the doctor reads a state with the fields it uses
+    (the types it converts) or raises one WiringError naming --server."""
+    from sglang_eagle3.doctor.server_capture import STATE_FIELDS, ServerClient, server_capture_state
+
+    url, body = answering_server
+    body["now"] = raw
+    try:
+        state = server_capture_state(ServerClient(url, timeout=5))
+    except WiringError as err:
+        assert err.path == "--server" and "\n" not in str(err), str(err)
+        return
+    for name, kind in STATE_FIELDS.items():
+        assert isinstance(state[name], kind) and not isinstance(state[name], bool), state
+    assert int(state["num_layers"]) >= 1 and all(isinstance(t, str) for t in state["capture_order"])
+
+
+PROMPT_LINES = st.one_of(
+    st.text(max_size=20),
+    st.recursive(JUNK, lambda inner: st.dictionaries(st.sampled_from(["text", "prompt", "x"]),
+                                                     inner, max_size=2), max_leaves=4)
+    .map(json.dumps),
+    st.text(max_size=20).map(lambda t: json.dumps({"text": t})),
+)  # fmt: skip
+
+
+@settings(FUZZ, max_examples=200)
+@given(lines=st.lists(PROMPT_LINES, max_size=4), tail=st.binary(max_size=8))
+def test_any_prompts_file_is_read_or_refused_in_one_line(lines, tail):
+    """Arbitrary JSONL (and bytes) as --prompts: a list of strings, or one WiringError that
+    names the file and says the format."""
+    from types import SimpleNamespace
+
+    from sglang_eagle3.doctor.run_data_free import _prompts
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "prompts.jsonl"
+        path.write_bytes("\n".join(lines).encode() + tail)
+        try:
+            got = _prompts(SimpleNamespace(prompts=str(path)))
+        except WiringError as err:
+            assert str(path) in str(err) and "\n" not in str(err) and err.fix, str(err)
+            return
+    assert got and all(isinstance(p, str) for p in got)
