@@ -198,6 +198,8 @@ BAD_BODIES = {
 }  # fmt: skip
 
 
+# named statically too: a shared server stops after the last test whose fixtures name it
+@pytest.mark.usefixtures("capture_only", "eagle_seed")
 @pytest.mark.parametrize("server", ["capture_only", "eagle_seed"])
 def test_bad_generate_bodies_get_400_and_the_server_keeps_serving(request, server, figures):
     srv = request.getfixturevalue(server)
