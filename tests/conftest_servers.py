@@ -61,14 +61,15 @@ class _Servers:
         for srv in self.started:
             pids = srv.pids()
             srv.stop() if srv.graceful else srv.kill()
-            leftover = [p for p in pids if _alive(p)]
+            leftover = [p for p in pids if alive(p)]
             if leftover:
                 left.append(f"processes left behind by {srv.argv[:4]}: {leftover}")
         self.started.clear()
         return left
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie has ended)."""
     import psutil
 
     try:

@@ -3,11 +3,12 @@ incremental chunks, and errors reported instead of raised."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
+from loopback import serving
 
 from sglang_eagle3.bench.client import run_batch, stream_generate
 
@@ -147,19 +148,13 @@ class _Replay(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def replay():
-    servers = []
+    with contextlib.ExitStack() as stack:
 
-    def start(events, status=200):
-        handler = type("H", (_Replay,), {"events": events, "status": status})
-        srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        servers.append(srv)
-        return f"http://127.0.0.1:{srv.server_port}"
+        def start(events, status=200):
+            handler = type("H", (_Replay,), {"events": events, "status": status})
+            return stack.enter_context(serving(handler))
 
-    yield start
-    for srv in servers:
-        srv.shutdown()
-        srv.server_close()
+        yield start
 
 
 def test_client_reads_a_recorded_speculative_stream(replay):
@@ -209,13 +204,8 @@ class _CutOff(_Replay):
 
 def test_a_cut_off_stream_is_a_failed_request(replay):
     cut = RECORDED_SPEC_STREAM[:3]  # 6 of 12 tokens, no finish reason
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (_CutOff,), {"events": cut}))
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        r = stream_generate(f"http://127.0.0.1:{srv.server_port}", "x", {"max_new_tokens": 12})
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serving(type("H", (_CutOff,), {"events": cut})) as url:
+        r = stream_generate(url, "x", {"max_new_tokens": 12})
     assert not r.ok and "cut off after 6 tokens (no finish reason" in r.error
     # a whole stream with ignore_eos but fewer tokens than asked is not whole either
     short = stream_generate(replay(RECORDED_SPEC_STREAM), "x",

@@ -4,12 +4,13 @@ never a traceback. A real HTTP server on loopback plays the wrong server."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
+from loopback import serving
 
 from sglang_eagle3.doctor.cli import main
 
@@ -43,18 +44,12 @@ class _Answers(BaseHTTPRequestHandler):
 @pytest.fixture
 def answering():
     """Start a loopback server with the given routes; yields a function: routes -> URL."""
-    servers = []
+    with contextlib.ExitStack() as stack:
 
-    def start(routes: dict[str, tuple[int, bytes, float]]) -> str:
-        srv = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (_Answers,), {"routes": routes}))
-        threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
-        servers.append(srv)
-        return f"http://127.0.0.1:{srv.server_port}"
+        def start(routes: dict[str, tuple[int, bytes, float]]) -> str:
+            return stack.enter_context(serving(type("H", (_Answers,), {"routes": routes})))
 
-    yield start
-    for srv in servers:
-        srv.shutdown()
-        srv.server_close()
+        yield start
 
 
 def _capture(body) -> dict[str, tuple[int, bytes, float]]:

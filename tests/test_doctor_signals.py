@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest_servers import alive
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -31,13 +32,6 @@ def _descendants(proc: psutil.Process) -> set[int]:
         return {c.pid for c in proc.children(recursive=True)}
     except psutil.NoSuchProcess:
         return set()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _listening(port: int) -> bool:
@@ -78,7 +72,7 @@ def test_a_stopped_doctor_leaves_no_server_behind(drafter, tmp_path, sig, when, 
     assert doctor.poll() is None, f"the doctor ended before {when}: {doctor.communicate()}"
     doctor.send_signal(sig)
     out, err = doctor.communicate(timeout=120)
-    left = [pid for pid in seen if _alive(pid)]
+    left = [pid for pid in seen if alive(pid)]
     figures.record(f"doctor --engine sglang, {sig.name} during {when}: processes it started",
                    f"{len(seen)}, {len(left)} left")  # fmt: skip
     assert not left, f"left running after {sig.name}: {left}"

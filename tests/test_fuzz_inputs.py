@@ -282,8 +282,9 @@ ROUTE_BODIES = st.one_of(
 @pytest.fixture(scope="module")
 def answering_server():
     """One loopback HTTP server whose /sglang_eagle3/capture answers ``body["now"]``."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
+
+    from loopback import serving
 
     body = {"now": b""}
 
@@ -297,11 +298,8 @@ def answering_server():
         def log_message(self, *args) -> None:
             pass
 
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
-    threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_port}", body
-    srv.shutdown()
-    srv.server_close()
+    with serving(Answer) as url:
+        yield url, body
 
 
 @settings(FUZZ, max_examples=200)
