@@ -254,6 +254,14 @@ def test_cpu_ranks_get_a_core_set_each_or_an_error_before_sglang(tmp_path, monke
     assert "SGLANG_IMPORTED" not in out.stderr
 
 
+def test_a_draft_as_model_path_is_named_as_one(tmp_path):
+    draft = make_flat_draft(tmp_path / "d", flat_config(ids=[1, 4, 6]))
+    out = run_launch(["--model-path", str(draft), "--dry-run"], tmp_path)
+    err = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and "this is an EAGLE-3 draft's config" in err[0], out.stderr
+    assert str(draft / "config.json") in err[0] and "SGLANG_IMPORTED" not in out.stderr
+
+
 def test_help_shows_ours_then_points_to_sglang(tmp_path):
     out = run_launch(["--help"], tmp_path)
     assert out.returncode == 0

@@ -46,12 +46,13 @@ def read_target_config(
     ints: tuple[str, ...] = ("num_hidden_layers", "hidden_size"),
     missing: str = "no config.json for the target model",
     fix: str = "--model-path must be a local model directory (download it first)",
+    refuse_draft: bool = False,
 ) -> tuple[dict, dict]:
     """A local target's config.json and the language model's part of it (multimodal configs
     such as Kimi-K2.5 keep it in text_config), with ``ints`` checked there."""
     cfg_path = Path(model_path) / "config.json"
     cfg = read_config_json(model_path, missing=missing, fix=fix)
-    draft = draft_marker(cfg)
+    draft = draft_marker(cfg) if refuse_draft else None
     if draft:  # its own fields would pass or fail for the wrong reason, blaming the draft
         raise WiringError(
             f"this is an EAGLE-3 draft's config ({draft}), where the target model's is expected",
@@ -79,9 +80,11 @@ def draft_marker(cfg: dict) -> str | None:
     return next((a for a in names if "eagle" in a.lower() or "speculator" in a.lower()), None)
 
 
-def read_target(model_path: str | Path) -> TargetInfo:
-    """Read a local target's config.json (multimodal configs: the text_config)."""
-    cfg, text = read_target_config(model_path)
+def read_target(model_path: str | Path, *, refuse_draft: bool = False) -> TargetInfo:
+    """Read a local target's config.json (multimodal configs: the text_config).
+    ``refuse_draft``: where the user named a target (SGLang's own processes also read a
+    draft model's config through here)."""
+    cfg, text = read_target_config(model_path, refuse_draft=refuse_draft)
     archs = cfg.get("architectures")
     if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
         path = str(Path(model_path) / "config.json")

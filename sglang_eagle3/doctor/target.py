@@ -34,6 +34,7 @@ def target_config(target_dir: str | Path) -> dict:
         ints=("num_hidden_layers", "hidden_size", "vocab_size"),
         missing="no config.json: not a model directory",
         fix="point --target at the target model's directory",
+        refuse_draft=True,
     )[1]
 
 

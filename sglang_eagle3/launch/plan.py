@@ -154,7 +154,7 @@ def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
     model = argv_get(argv, "--model-path")
     if not model:
         raise WiringError("no --model-path given", path="command line", fix="add --model-path DIR")
-    target = read_target(model)
+    target = read_target(model, refuse_draft=True)  # --model-path: the user's target
     if argv_has(argv, CAPTURE_FLAG):  # SGLang's capture-only mode: no draft, no speculation
         from sglang_eagle3.launch.capture_mode import plan_capture_only  # it imports this module
 
