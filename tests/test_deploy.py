@@ -235,8 +235,9 @@ def test_compose_example():
     from sglang_eagle3.layout.taps import parse_taps
 
     own, rest = build_parser().parse_known_args(cmd[3:])
-    assert own.hidden_state_layout == "embed,layer:2,layer:30"
-    assert [str(t) for t in parse_taps(own.hidden_state_layout)] == ["embed", "layer:2", "layer:30"]
+    assert own.hidden_state_layout == ["embed,layer:2,layer:30"]  # once (given twice: an error)
+    taps = parse_taps(own.hidden_state_layout[0])
+    assert [str(t) for t in taps] == ["embed", "layer:2", "layer:30"]
 
     sg = _sglang_args(rest)
     assert sg.speculative_algorithm == "EAGLE3"
