@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up .venv (idempotent), lint, and run the tests. `.ci/run` calls exactly this: everything.
-#   bash scripts/test.sh           ruff + every test, two workers (38 min on 2 cores, 2026-12-02)
+#   bash scripts/test.sh           ruff + every test, two workers (27 min on 2 cores, 2026-12-02)
 #   bash scripts/test.sh --fast    ruff + the fast tier: tests not marked sglang or slow (pure
 #                                  logic and small torch tests; starts no SGLang; < 2 min)
 # Other arguments pass to pytest (a later -m replaces the fast tier's).
