@@ -210,11 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     except _ServerDied:
         pass  # the results gathered so far are still written; the exit code is 1
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM while a launched server runs
+        from sglang_eagle3.launch.server_process import interrupted_by
+
         bar.close()
-        why = str(stop) or "SIGINT"
+        why, code = interrupted_by(stop)
         print(f"bench_spec: stopped by {why}; every server it launched is stopped",
               file=sys.stderr)  # fmt: skip
-        return 143 if why == "SIGTERM" else 130
+        return code
     except (RuntimeError, TimeoutError) as e:
         bar.close()
         print(f"bench_spec: error: {e}", file=sys.stderr)

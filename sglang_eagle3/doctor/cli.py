@@ -124,10 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sglang_eagle3.doctor: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM while a server of ours runs
-        why = str(stop) or "SIGINT"
+        from sglang_eagle3.launch.server_process import interrupted_by
+
+        why, code = interrupted_by(stop)
         print(f"sglang_eagle3.doctor: stopped by {why}; no process it started is left running",
               file=sys.stderr)  # fmt: skip
-        return 143 if why == "SIGTERM" else 130
+        return code
     seconds = round(time.monotonic() - start, 1)
     if as_json:
         print(json.dumps({**report.to_dict(), "wall_seconds": seconds}, indent=2))

@@ -17,6 +17,13 @@ from pathlib import Path
 
 from sglang_eagle3 import env_names
 from sglang_eagle3.errors import WiringError
+from sglang_eagle3.launch.cpu_env import (
+    STOCK_SERVER,
+    cpu_ranks,
+    harness_env,
+    rank_binding,
+    server_module,
+)
 from sglang_eagle3.launch.plan import LaunchOptions, LaunchPlan, plan_launch
 from sglang_eagle3.launch.sglang_argv import canonical_argv
 from sglang_eagle3.launch.wiring_table import command_line, render
@@ -96,10 +103,8 @@ def _write_draft(plan: LaunchPlan, *, stock_readable: bool = False) -> None:
 def _start(plan: LaunchPlan, cpu: bool) -> None:
     _write_draft(plan)
     env = {**os.environ, **plan.env}
-    module = "sglang.launch_server"
+    module = STOCK_SERVER
     if cpu:
-        from sglang_eagle3.launch.cpu_env import harness_env, server_module
-
         env = harness_env(env)
         module = server_module(env)
     argv = [sys.executable, "-m", module, *plan.sglang_argv]
@@ -111,8 +116,6 @@ def _start(plan: LaunchPlan, cpu: bool) -> None:
 def _bind_cpu_ranks(plan: LaunchPlan) -> LaunchPlan:
     """More than one CPU rank and no SGLANG_CPU_OMP_THREADS_BIND: a core set per rank, shown
     in the plan (or a WiringError when there are fewer cores than ranks)."""
-    from sglang_eagle3.launch.cpu_env import cpu_ranks, rank_binding
-
     name = env_names.CPU_OMP_THREADS_BIND
     if os.environ.get(name) or plan.env.get(name):
         return plan

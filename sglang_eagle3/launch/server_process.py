@@ -184,6 +184,23 @@ class ServerProcess:
         except psutil.NoSuchProcess:
             return []
 
+    def _processes(self) -> list:
+        """psutil handles on the server and every descendant still running."""
+        import psutil
+
+        procs = []
+        for pid in self.pids():
+            try:
+                procs.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                pass
+        return procs
+
+    def _reap(self) -> int:
+        code = self.proc.wait(timeout=10)
+        self._log.close()
+        return code
+
     def kill(self) -> int | None:
         """SIGKILL the server and every process it started, all at once; return its exit code.
         For a test's teardown: SGLang's SIGTERM path polls every 5 s, then waits for its
@@ -192,17 +209,12 @@ class ServerProcess:
 
         if self.proc is None:
             return None
-        procs = []
-        for pid in self.pids():
-            try:
-                procs.append(psutil.Process(pid))
-                procs[-1].kill()
-            except psutil.NoSuchProcess:
-                pass
+        procs = self._processes()
+        for p in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
         psutil.wait_procs(procs, timeout=10)
-        code = self.proc.wait(timeout=10)
-        self._log.close()
-        return code
+        return self._reap()
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
         """Stop the server and every process it started; return the server's exit code."""
@@ -211,21 +223,21 @@ class ServerProcess:
         if self.proc is None:
             return None
         with _signals_ignored():
-            procs = []
-            for pid in self.pids():
-                try:
-                    procs.append(psutil.Process(pid))
-                except psutil.NoSuchProcess:
-                    pass
+            procs = self._processes()
             if self.proc.poll() is None:
                 self.proc.send_signal(sig)
             _, alive = psutil.wait_procs(procs, timeout=timeout)
             for p in alive:
                 p.kill()
             psutil.wait_procs(alive, timeout=10)
-            code = self.proc.wait(timeout=10)
-            self._log.close()
-        return code
+            return self._reap()
+
+
+def interrupted_by(stop: KeyboardInterrupt) -> tuple[str, int]:
+    """(signal name, exit code) of a KeyboardInterrupt: Ctrl-C, or SIGTERM inside
+    signals_interrupt(); the shell's 128 + signal number."""
+    name = str(stop) or "SIGINT"
+    return name, 128 + int(getattr(signal, name, signal.SIGINT))
 
 
 def sglang_server(
