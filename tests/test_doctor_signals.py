@@ -4,6 +4,7 @@ stop it). Real doctor, real server, on the tiny target."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -58,28 +59,34 @@ def test_a_stopped_doctor_leaves_no_server_behind(drafter, tmp_path, sig, when, 
     doctor = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=env)  # fmt: skip
     me, seen, port = psutil.Process(doctor.pid), set(), None
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and doctor.poll() is None:
-        seen |= _descendants(me)
-        log = _server_log(tmp_path)
-        text = log.read_text(errors="replace") if log else ""
-        if port is None and (m := re.search(r"'port': (\d+)", text)):
-            port = int(m.group(1))
-        # start: SGLang's scheduler is up (a child of the server); scoring: requests flow
-        if (when == "start" and len(seen) >= 3) or (when == "scoring" and "POST /generate" in text):
-            break
-        time.sleep(0.2)
-    assert doctor.poll() is None, f"the doctor ended before {when}: {doctor.communicate()}"
-    doctor.send_signal(sig)
-    out, err = doctor.communicate(timeout=120)
-    left = [pid for pid in seen if alive(pid)]
-    figures.record(f"doctor --engine sglang, {sig.name} during {when}: processes it started",
-                   f"{len(seen)}, {len(left)} left")  # fmt: skip
-    assert not left, f"left running after {sig.name}: {left}"
-    assert port is not None and not _listening(port), f"port {port} still answers"
-    assert "Traceback" not in err, err[-3000:]
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert lines[-1] == (
-        f"sglang_eagle3.doctor: stopped by {sig.name}; no process it started is left running"
-    ), err[-2000:]
-    assert doctor.returncode == (143 if sig == signal.SIGTERM else 130)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and doctor.poll() is None:
+            seen |= _descendants(me)
+            log = _server_log(tmp_path)
+            text = log.read_text(errors="replace") if log else ""
+            if port is None and (m := re.search(r"'port': (\d+)", text)):
+                port = int(m.group(1))
+            # start: SGLang's scheduler is up (a child of the server); scoring: requests flow
+            scoring = "POST /generate" in text
+            if (when == "start" and len(seen) >= 3) or (when == "scoring" and scoring):
+                break
+            time.sleep(0.2)
+        assert doctor.poll() is None, f"the doctor ended before {when}: {doctor.communicate()}"
+        doctor.send_signal(sig)
+        out, err = doctor.communicate(timeout=120)
+        left = [pid for pid in seen if alive(pid)]
+        figures.record(f"doctor --engine sglang, {sig.name} during {when}: processes it started",
+                       f"{len(seen)}, {len(left)} left")  # fmt: skip
+        assert not left, f"left running after {sig.name}: {left}"
+        assert port is not None and not _listening(port), f"port {port} still answers"
+        assert "Traceback" not in err, err[-3000:]
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert lines[-1] == (
+            f"sglang_eagle3.doctor: stopped by {sig.name}; no process it started is left running"
+        ), err[-2000:]
+        assert doctor.returncode == (143 if sig == signal.SIGTERM else 130)
+    finally:  # a failed check must not leave the doctor or its server running
+        for pid in [doctor.pid, *seen]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                psutil.Process(pid).kill()
