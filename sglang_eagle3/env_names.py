@@ -4,6 +4,9 @@
 LAYOUT = "SGLANG_EAGLE3_LAYOUT"  # taps the launcher resolved, read by the plugin in every process
 NORM_BEFORE_RESIDUAL = "SGLANG_EAGLE3_NORM_BEFORE_RESIDUAL"  # "0": stock residual (measurement)
 FUSED_FC = "SGLANG_EAGLE3_FUSED_FC"  # "0": never the fused kernel; "1": every shape on sm_90+
+# Tests only: install the fused fc block on any device (its forward then takes the PyTorch path
+# wherever the kernel may not run), so CPU tests reach the code a Hopper server runs.
+FUSED_FC_TEST_INSTALL = "SGLANG_EAGLE3_TEST_FUSED_FC_INSTALL"
 CPU_HARNESS = "SGLANG_EAGLE3_CPU_HARNESS"  # "1": the CPU test harness (tests and demos)
 CACHE = "SGLANG_EAGLE3_CACHE"  # root of the tiny-model cache
 PORT_SLICE = "SGLANG_EAGLE3_PORT_SLICE"  # "i/n": servers started here take part i of n of the ports

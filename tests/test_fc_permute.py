@@ -1,4 +1,5 @@
-"""Permuting fc column blocks at load == feeding the taps in declared order (real torch)."""
+"""Permuting fc input blocks in the weight stream == feeding the taps in declared order (real
+torch), for unquantized and fp8 block-scaled fcs; what cannot be permuted exactly is refused."""
 
 from __future__ import annotations
 
@@ -7,7 +8,16 @@ import itertools
 import pytest
 import torch
 
-from sglang_eagle3.hooks.fc_permute import permute_fc_blocks
+from sglang_eagle3.errors import WiringError
+from sglang_eagle3.hooks.fc_permute import FcPermutation, permute_fc_stream
+
+
+def permute_fc_blocks(head: torch.nn.Module, order: tuple[int, ...]) -> None:
+    """Load head's own state dict through the stream permutation, as SGLang's loader would."""
+    perm = FcPermutation(order, head.fc.in_features, "none", "draft")
+    # cloned: a checkpoint's tensors never alias the parameters they are written to
+    state = {k: v.clone() for k, v in head.state_dict().items()}
+    head.load_state_dict(dict(permute_fc_stream(state.items(), perm)))
 
 
 class RMSNorm(torch.nn.Module):
@@ -60,3 +70,64 @@ def test_identity_order_changes_nothing():
     permute_fc_blocks(head, (0, 1, 2))
     for k, v in head.state_dict().items():
         assert torch.equal(v, before[k]), k
+
+
+def _fp8_block(out: int, width: int, block: int, seed: int = 0):
+    """A block-scaled fp8 fc: weight [out, width] e4m3 and weight_scale_inv [out/b, width/b]."""
+    gen = torch.Generator().manual_seed(seed)
+    w = (torch.randn(out, width, generator=gen) * 4).to(torch.float8_e4m3fn)
+    scale = torch.rand(out // block, -(-width // block), generator=gen) + 0.5
+    return w, scale
+
+
+def _dequant(w: torch.Tensor, scale: torch.Tensor, block: int) -> torch.Tensor:
+    full = scale.repeat_interleave(block, 0).repeat_interleave(block, 1)
+    return w.float() * full[: w.shape[0], : w.shape[1]]
+
+
+@pytest.mark.parametrize("order", [(2, 0, 1), (1, 2, 0), (0, 2, 1)])
+def test_fp8_block_scales_move_with_their_columns(order):
+    block, tap = 128, 256
+    w, scale = _fp8_block(256, 3 * tap, block)
+    perm = FcPermutation(order, 3 * tap, "Fp8LinearMethod", "draft")
+    moved = dict(permute_fc_stream([("fc.weight", w), ("fc.weight_scale_inv", scale),
+                                    ("fc.input_scale", torch.ones(1))], perm))  # fmt: skip
+    dense = _dequant(w, scale, block).chunk(3, dim=1)
+    expected = torch.cat([dense[order.index(pos)] for pos in range(3)], dim=1)
+    got = _dequant(moved["fc.weight"], moved["fc.weight_scale_inv"], block)
+    assert moved["fc.weight"].dtype == torch.float8_e4m3fn
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    assert torch.equal(moved["fc.input_scale"], torch.ones(1))  # per-tensor: not along the input
+
+
+@pytest.mark.parametrize(
+    "name,tensor,why",
+    [
+        ("fc.weight_scale_inv", torch.rand(2, 5), "5 columns for 288 input features"),
+        ("fc.weight_scale", torch.rand(2, 4), "blocks of 72 features straddle taps of 96"),
+        ("fc.qweight", torch.zeros(36, 256, dtype=torch.int32), "a 'qweight' tensor"),
+    ],
+)
+def test_a_layout_that_cannot_be_permuted_exactly_is_refused_naming_the_quant_method(
+    name, tensor, why
+):
+    perm = FcPermutation((2, 0, 1), 288, "GPTQLinearMethod", "/drafts/d")
+    with pytest.raises(WiringError) as err:
+        list(permute_fc_stream([(name, tensor)], perm))
+    text = str(err.value)
+    assert why in text and name in text and "GPTQLinearMethod" in text and "/drafts/d" in text
+
+
+def test_ascending_layout_touches_nothing_even_a_packed_quant_tensor():
+    packed = torch.zeros(36, 256, dtype=torch.int32)
+    perm = FcPermutation((0, 1, 2), 288, "GPTQLinearMethod", "draft")
+    [(name, out)] = list(permute_fc_stream([("fc.qweight", packed)], perm))
+    assert name == "fc.qweight" and out is packed
+
+
+def test_legacy_per_tap_norm_names_are_moved_by_their_tap():
+    perm = FcPermutation((2, 0, 1), 12, "none", "draft")
+    names = [n for n, _ in permute_fc_stream(
+        [(f"{old}.weight", torch.ones(4)) for old in ("aux_norm_low", "aux_norm_mid",
+                                                     "aux_norm_high")], perm)]  # fmt: skip
+    assert names == ["fc_norm.2.weight", "fc_norm.0.weight", "fc_norm.1.weight"]

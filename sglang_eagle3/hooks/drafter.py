@@ -18,8 +18,9 @@ from sglang.srt.plugins.hook_registry import HookType
 from sglang_eagle3 import env_names
 from sglang_eagle3.checkpoint.draft_weight_names import later_input_norm_layer, load_gaps
 from sglang_eagle3.errors import WiringError
+from sglang_eagle3.hooks import drafter_update as update
 from sglang_eagle3.hooks.capture import process_plan
-from sglang_eagle3.hooks.fc_permute import permute_fc_blocks
+from sglang_eagle3.hooks.fc_permute import FcPermutation, fc_geometry, permute_fc_stream
 from sglang_eagle3.log import get_logger
 
 logger = get_logger()
@@ -52,41 +53,75 @@ def eagle3_layer_forward(original, self, positions, embeds, hidden_states, forwa
     return self.mlp(hidden_states), residual
 
 
-def _renamed(weights, seen: list[str], renamed: list[str]):
-    """Stream the checkpoint, recording names; a later layer's `input_layernorm` (speculators'
-    stock Llama layers) goes to `hidden_norm`, the module SGLang's later layers normalise with,
-    unless the checkpoint has that layer's `hidden_norm` itself (SGLang-trained drafts)."""
+def _renamed(weights, seen: list[str], renamed: list[str], loaded: dict):
+    """Stream the checkpoint, recording names and shapes; a later layer's `input_layernorm`
+    (speculators' stock Llama layers) goes to `hidden_norm`, the module SGLang's later layers
+    normalise with, unless the checkpoint has that layer's `hidden_norm` itself (SGLang-trained
+    drafts)."""
     held = []
     for name, tensor in weights:
         if later_input_norm_layer(name) is not None:
             held.append((name, tensor))  # a few vectors; decided once all names are known
             continue
         seen.append(name)
+        loaded[update.canonical(name)] = (name, tuple(tensor.shape))
         yield name, tensor
     for name, tensor in held:
         alt = name.replace("input_layernorm", "hidden_norm")
-        if alt not in seen:
+        final = name if alt in seen else alt
+        if final == alt:
             renamed.append(f"{name} -> {alt}")
-            name = alt
-        seen.append(name)
-        yield name, tensor
+        seen.append(final)
+        loaded[update.canonical(name)] = (final, tuple(tensor.shape))
+        yield final, tensor
+
+
+def _draft(self) -> str:
+    return getattr(self.config, "_name_or_path", None) or "the draft checkpoint"
+
+
+def _load(original, self, weights, args, kwargs, *, first_stream, after_first):
+    """Every load path alike: the first load streams; an update is checked whole first. Either
+    way the fc input is permuted in the stream, before SGLang writes it."""
+    draft = _draft(self)
+    first = not update.loaded_before(self)
+    loaded: dict = {}
+    if first:
+        stream = first_stream(weights, loaded)
+    else:
+        stream = update.checked_update(self, weights, draft)
+    perm = _fc_permutation(self.model, draft)
+    if perm is not None:
+        stream = permute_fc_stream(stream, perm)
+        if not first:  # a quant tensor it cannot permute is refused before anything is written
+            stream = list(stream)
+    result = original(self, stream, *args, **kwargs)
+    if first:
+        after_first(loaded)
+        update.remember(self, loaded)
+    else:
+        logger.info("drafter: weight update loaded and re-wired (%d tensors)", len(stream))
+    return result
 
 
 def eagle3_load_weights(original, self, weights, *args, **kwargs):
     seen, renamed = [], []
-    result = original(self, _renamed(weights, seen, renamed), *args, **kwargs)
-    draft = getattr(self.config, "_name_or_path", None) or "the draft checkpoint"
-    _keep_trained_embed(self, seen, draft)
-    _refuse_load_gaps(self, seen, draft, mla=False)
-    for line in renamed:
-        logger.info("drafter: %s (speculators' later-layer input norm)", line)
+    draft = _draft(self)
+
+    def after_first(loaded):
+        _keep_trained_embed(self, seen, draft)
+        _refuse_load_gaps(self, seen, draft, mla=False)
+        for line in renamed:
+            logger.info("drafter: %s (speculators' later-layer input norm)", line)
+
+    result = _load(original, self, weights, args, kwargs, after_first=after_first,
+                   first_stream=lambda w, loaded: _renamed(w, seen, renamed, loaded))  # fmt: skip
     if getattr(self.config, "norm_before_residual", False):
         if os.environ.get(NORM_FIX_ENV, "1") == "0":  # to measure what stock SGLang serves
             logger.warning("drafter: norm_before_residual NOT honoured (%s=0)", NORM_FIX_ENV)
         else:
             self.model.layers[0].sglang_eagle3_norm_before_residual = True
             logger.info("drafter: norm_before_residual honoured (residual = hidden_norm(fc))")
-    _permute_fc_for_plan(self.model)
     _maybe_install_fused_fc(self.model)
     return result
 
@@ -95,19 +130,22 @@ def mla_load_weights(original, self, weights, *args, **kwargs):
     """SGLang's MLA drafter: the same trained-embedding rule, load-gap refusal (its own names)
     and fc permutation; settings it cannot serve are refused. The fused fc kernel is not
     installed here, and the log says why (``MLA_NOT_COVERED``)."""
-    draft = getattr(self.config, "_name_or_path", None) or "the draft checkpoint"
+    draft = _draft(self)
     _refuse_unserved_mla_flags(self.config, draft)
     seen: list[str] = []
 
-    def recorded():
+    def recorded(weights, loaded):
         for name, tensor in weights:
             seen.append(name)
+            loaded[update.canonical(name)] = (name, tuple(tensor.shape))
             yield name, tensor
 
-    result = original(self, recorded(), *args, **kwargs)
-    _keep_trained_embed(self, seen, draft)
-    _refuse_load_gaps(self, seen, draft, mla=True)
-    _permute_fc_for_plan(self.model)
+    def after_first(loaded):
+        _keep_trained_embed(self, seen, draft)
+        _refuse_load_gaps(self, seen, draft, mla=True)
+
+    result = _load(original, self, weights, args, kwargs, first_stream=recorded,
+                   after_first=after_first)  # fmt: skip
     from sglang_eagle3.ops.eagle3_fused_fc_patch import MLA_NOT_COVERED
 
     logger.info("drafter fc: %s", MLA_NOT_COVERED)
@@ -164,15 +202,22 @@ def _refuse_load_gaps(self, seen: list[str], draft: str, *, mla: bool) -> None:
         )
 
 
-def _permute_fc_for_plan(model) -> None:
+def _fc_permutation(model, draft: str) -> FcPermutation | None:
+    """How this process's capture plan reorders the fc input, or None when it does not."""
     plan = process_plan()
-    if plan is not None and plan.needs_permutation:
-        permute_fc_blocks(model, plan.fc_block_order)
+    if plan is None or not plan.needs_permutation:
+        return None
+    width, method = fc_geometry(model.fc)
+    if not vars(model).get("_sglang_eagle3_fc_logged"):
+        vars(model)["_sglang_eagle3_fc_logged"] = True
         logger.info(
-            "drafter fc: column blocks of taps %s moved to capture order (positions %s)",
+            "drafter fc: column blocks of taps %s moved to capture order (positions %s), as "
+            "the weights load (quant method: %s)",
             ", ".join(plan.taps),
             list(plan.fc_block_order),
+            method,
         )
+    return FcPermutation(tuple(plan.fc_block_order), width, method, draft)
 
 
 def eagle3_set_embed(original, self, embed):
@@ -181,20 +226,41 @@ def eagle3_set_embed(original, self, embed):
     if getattr(self, "sglang_eagle3_own_embed", False):
         logger.info("drafter: trained embedding kept (embed_requires_grad), target's not shared")
         return None
-    return original(self, embed)
+    before = self.model.embed_tokens.weight
+    result = original(self, embed)
+    if self.model.embed_tokens.weight is not before:  # now the target's: updates leave it out
+        update.mark_shared(self, "embed_tokens.weight")
+    return result
+
+
+def fused_fc_decision(weight: torch.Tensor) -> tuple[bool, str]:
+    """(install, why) for the fused norm + concat + fc kernel, from the fc weight's own device:
+    a GPU host may serve the drafter from CPU (--device cpu, offload)."""
+    if os.environ.get(env_names.FUSED_FC_TEST_INSTALL) == "1":
+        return True, f"{env_names.FUSED_FC_TEST_INSTALL}=1 (test only; PyTorch path off sm_90+)"
+    if os.environ.get(env_names.FUSED_FC, "1") == "0":
+        return False, f"{env_names.FUSED_FC}=0"
+    device = weight.device
+    if device.type != "cuda":
+        return False, f"the fc weight is on {device}, not a CUDA device"
+    capability = torch.cuda.get_device_capability(device)
+    if capability < (9, 0):
+        return False, f"{device} is sm_{capability[0]}{capability[1]}, below sm_90"
+    return True, f"{device} is sm_{capability[0]}{capability[1]} (per-shape dispatch)"
 
 
 def _maybe_install_fused_fc(model) -> None:
-    """The fused norm + concat + fc kernel, on Hopper/Blackwell only (after any permutation:
-    it takes the norms over from the modules that permute_fc_blocks edits)."""
-    if os.environ.get(env_names.FUSED_FC, "1") == "0" or not torch.cuda.is_available():
-        return
-    if torch.cuda.get_device_capability(model.fc.weight.device) < (9, 0):
-        return
-    from sglang_eagle3.ops.eagle3_fused_fc_patch import install_fused_fc
+    """Install the fused fc block where it can run, and drop its cached weights after every
+    load: an update writes the norms in place, which their version counters do not show."""
+    from sglang_eagle3.ops.eagle3_fused_fc_patch import forget_cached_weights, install_fused_fc
 
-    if install_fused_fc(model):
-        logger.info("drafter fc: eagle3_fused_fc installed (per-shape dispatch, CUDA >= sm_90)")
+    forget_cached_weights(model)
+    install, why = fused_fc_decision(model.fc.weight)
+    if install and install_fused_fc(model):
+        logger.info("drafter fc: eagle3_fused_fc installed: %s", why)
+    elif not install and not vars(model).get("_sglang_eagle3_fused_logged"):
+        vars(model)["_sglang_eagle3_fused_logged"] = True
+        logger.info("drafter fc: eagle3_fused_fc not installed: %s", why)
 
 
 HOOKS = [

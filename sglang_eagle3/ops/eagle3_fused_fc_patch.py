@@ -21,8 +21,9 @@ gives ``fc`` an instance ``forward`` that computes the whole block from the raw 
 the fused kernel where ``use_fused`` allows it, otherwise ``eagle3_fc_block`` (SGLang's own
 modules, so the CPU path is bit-identical to stock SGLang).
 
-Call it after the weights are loaded and after any ``fc_permute.permute_fc_blocks`` (which looks
-the norms up by attribute and would no longer see them).
+The drafter's load hook permutes the fc input in the weight stream (``fc_permute``), so a
+reload writes the registered modules directly whether or not this patch shadows them; it calls
+``forget_cached_weights`` after every load.
 """
 
 from __future__ import annotations
@@ -106,6 +107,12 @@ def _tap_weights(m: torch.nn.Module) -> torch.Tensor:
         cached = (key, torch.stack([w.detach() for w in weights]).contiguous())
         m.__dict__[_CACHE] = cached
     return cached[1]
+
+
+def forget_cached_weights(model: torch.nn.Module) -> None:
+    """Drop the stacked per-tap norm weights: SGLang's loaders write ``param.data``, which
+    leaves the version counter that ``_tap_weights`` keys on unchanged."""
+    _inner(model).__dict__.pop(_CACHE, None)
 
 
 def fused_fc_forward(m: torch.nn.Module, packed: torch.Tensor) -> torch.Tensor:
