@@ -81,8 +81,8 @@ def servers(module_server_factory, drafts, tmp_path_factory):
     return a, b, rec
 
 
-def _update(srv, tensors: dict) -> tuple[int, dict]:
-    """SGLang's own session: begin (draft), update_weights_from_tensor, end."""
+def _update(srv, tensors: dict, selector: str = "draft") -> tuple[int, dict]:
+    """SGLang's own session: begin, update_weights_from_tensor, end, on one runner."""
     import urllib.error
 
     import torch.multiprocessing as mp
@@ -92,9 +92,9 @@ def _update(srv, tensors: dict) -> tuple[int, dict]:
     # multiprocessing authkey, which an HTTP client does not share with SGLang's scheduler
     mp.set_sharing_strategy("file_system")
     payload = MultiprocessingSerializer.serialize(list(tensors.items()), output_str=True)
-    assert srv.post("/begin_weight_update", {"selector": "draft"})["success"]
+    assert srv.post("/begin_weight_update", {"selector": selector})["success"]
     try:
-        body = {"serialized_named_tensors": [payload], "selector": "draft"}
+        body = {"serialized_named_tensors": [payload], "selector": selector}
         try:
             return 200, srv.post("/update_weights_from_tensor", body)
         except urllib.error.HTTPError as err:
@@ -162,3 +162,36 @@ def test_a_bad_update_is_refused_and_the_old_weights_keep_serving(servers, draft
     assert status == 400 and not answer["success"], answer
     assert "weight update refused" in answer["message"] and named in answer["message"], answer
     _assert_same_drafter(_served(a, rec / "a"), ref, f"after the refused {bad} update")
+
+
+def test_a_partial_update_is_rewired_and_a_target_update_keeps_the_capture_plan(servers, drafts):
+    a, b, rec = servers
+    target, one, two = drafts
+    ref = _served(b, rec / "b")
+    w1, w2 = (load_file(str(d / "model.safetensors")) for d in (one, two))
+    assert _update(a, w2)[1]["success"]
+    # only the fc block and the per-tap norms of draft 1: A now serves a third drafter
+    fc_only = {n: t for n, t in w1.items() if n.startswith(("fc.", "fc_norm."))}
+    assert _update(a, fc_only)[1]["success"]
+    with pytest.raises(AssertionError):
+        _assert_same_drafter(_served(a, rec / "a"), ref, "draft 2 with draft 1's fc")
+    assert _update(a, {n: w2[n] for n in fc_only})[1]["success"]
+    _assert_same_drafter(_served(a, rec / "a"), ref, "back to draft 2's fc")
+    # the target reloaded with its own weights: the drafter still gets the declared taps
+    status, answer = _update(a, load_file(str(target / "model.safetensors")), selector="target")
+    assert status == 200 and answer["success"], answer
+    _assert_same_drafter(_served(a, rec / "a"), ref, "after a target update")
+
+
+def test_the_fused_fc_install_is_decided_from_the_weights_own_device(monkeypatch):
+    from sglang_eagle3.hooks.drafter import fused_fc_decision
+
+    monkeypatch.delenv(env_names.FUSED_FC_TEST_INSTALL, raising=False)
+    monkeypatch.delenv(env_names.FUSED_FC, raising=False)
+    for device in ("cpu", "meta"):  # a GPU host serving from CPU, or offloaded weights
+        install, why = fused_fc_decision(torch.empty(2, 6, device=device))
+        assert not install and f"the fc weight is on {device}, not a CUDA device" in why
+    monkeypatch.setenv(env_names.FUSED_FC, "0")
+    assert fused_fc_decision(torch.empty(2, 6)) == (False, f"{env_names.FUSED_FC}=0")
+    monkeypatch.setenv(env_names.FUSED_FC_TEST_INSTALL, "1")
+    assert fused_fc_decision(torch.empty(2, 6))[0]
