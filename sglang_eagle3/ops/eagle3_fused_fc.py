@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from sglang_eagle3.ops.eagle3_fused_fc_dispatch import (
+    NORM_NAMES,
     FusedFcConfig,
     interpreting,
     launch_eagle3_fused_fc,
@@ -33,7 +34,7 @@ from sglang_eagle3.ops.eagle3_fused_fc_dispatch import (
 from sglang_eagle3.ops.rms_norm import rms_norm
 
 Norm = Literal["none", "before_fc", "per_tap", "both"]
-NORMS = ("none", "before_fc", "per_tap", "both")
+NORMS = NORM_NAMES  # the dispatch reads the wins file with them, so they live there
 # The kernels take separate taps as up to 4 pointers (x0..x3); more taps go packed.
 MAX_POINTER_TAPS = 4
 

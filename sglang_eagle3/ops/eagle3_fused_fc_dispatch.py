@@ -8,22 +8,87 @@ Triton is imported lazily so that CPU-only installs never need it.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from sglang_eagle3 import env_names
 
 ENV_SWITCH = env_names.FUSED_FC  # "0": never fused; "1": fused for every shape on sm_90+
-# The token counts benchmarks/bench_eagle3_fused_fc.py measures.
-T_BUCKETS = (1, 4, 16, 64, 256, 1024, 8192)
+# The token counts benchmarks/gpu_check.py and bench_eagle3_fused_fc.py measure (they import it).
+T_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096)
+# the norm modes of eagle3_fused_fc (its NORMS), here because the wins file is read here
+NORM_NAMES = ("none", "before_fc", "per_tap", "both")
+WIN_MARGIN = 1.03  # a win: the fused kernel beat norm + cat + cuBLAS by >= 3 %
+GPU_CHECK_FORMAT = "sglang_eagle3.gpu_check/1"  # benchmarks/gpu_check.py's JSON
+# The checked-in copy of a GPU run of benchmarks/gpu_check.py (benchmarks/README.md).
+WINS_FILE = Path(__file__).with_name("eagle3_fused_fc_wins.json")
+Win = tuple[str, int, int, int]  # (norm, T bucket, H, K)
 
-# (norm, T bucket, H, K) where benchmarks/bench_eagle3_fused_fc.py measured the fused kernel
-# faster than norm + cat + cuBLAS on an sm_90+ GPU. EMPTY ON PURPOSE: this code was written on
-# a machine without a GPU and nothing has been measured yet, so every shape takes the PyTorch
-# path until a GPU run of the benchmark fills this table (it prints the entries to paste here).
-MEASURED_WINS: frozenset[tuple[str, int, int, int]] = frozenset()
+
+def is_win(fused_us: float, unfused_us: float) -> bool:
+    return fused_us * WIN_MARGIN <= unfused_us
+
+
+def row_is_win(row: object) -> bool:
+    """A gpu_check timing row that makes its shape a win: correct and fused >= 3 % faster."""
+    if not isinstance(row, dict) or row.get("ok") is not True:
+        return False
+    us = (row.get("fused_us"), row.get("unfused_us"))
+    return all(isinstance(v, (int, float)) and v > 0 for v in us) and is_win(*us)
+
+
+def wins_from_gpu_check(data: object, source: str = "gpu_check JSON") -> frozenset[Win]:
+    """The ``MEASURED_WINS`` entries of a benchmarks/gpu_check.py result; ValueError naming
+    ``source`` when it is not one, or when a win is not backed by its own measurements."""
+
+    def bad(why: str) -> ValueError:
+        return ValueError(f"{source}: {why}")
+
+    if not isinstance(data, dict):
+        raise bad("not a JSON object")
+    if data.get("format") != GPU_CHECK_FORMAT:
+        raise bad(f"format {data.get('format')!r}, expected {GPU_CHECK_FORMAT!r}")
+    wins = data.get("wins")
+    if not isinstance(wins, list):
+        raise bad("'wins' must be a list")
+    if wins and (data.get("dry_run") is not False or data.get("passed") is not True):
+        raise bad("wins need a GPU run (dry_run: false) whose checks all passed (passed: true)")
+    key_fields = ("norm", "T", "H", "K")
+    timing = data.get("timing")
+    rows = timing.get("rows") if isinstance(timing, dict) else None
+    rows = [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+    out = set()
+    for w in wins:
+        key = tuple(w.get(f) for f in key_fields) if isinstance(w, dict) else None
+        if key is None or key[0] not in NORM_NAMES or key[1] not in T_BUCKETS:
+            raise bad(f"win {w!r}: needs norm in {NORM_NAMES} and T in {T_BUCKETS}")
+        if not all(type(v) is int and v > 0 for v in key[1:]):
+            raise bad(f"win {w!r}: T, H and K must be positive integers")
+        if not any(row_is_win(r) and tuple(r.get(f) for f in key_fields) == key for r in rows):
+            raise bad(f"win {w!r}: no timing row shows it (correct, fused >= 3 % faster)")
+        out.add(key)
+    return frozenset(out)
+
+
+def load_measured_wins(path: Path | str) -> frozenset[Win]:
+    """``wins_from_gpu_check`` of a JSON file; ValueError naming the file if it is not one."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a readable gpu_check JSON file ({e})") from e
+    return wins_from_gpu_check(data, source=str(path))
+
+
+# (norm, T bucket, H, K) where benchmarks/gpu_check.py measured the fused kernel faster than
+# norm + cat + cuBLAS on an sm_90+ GPU, read from WINS_FILE. Empty until a GPU run fills that
+# file: code written without a GPU measured nothing, so every shape takes the PyTorch path.
+MEASURED_WINS: frozenset[Win] = (
+    load_measured_wins(WINS_FILE) if WINS_FILE.is_file() else frozenset()
+)
 
 
 def t_bucket(tokens: int) -> int:
