@@ -41,7 +41,7 @@ NOT_PURE = {
     "sglang_eagle3.launch.cli",
     "sglang_eagle3.launch.server_process",
 }
-PURE_MODULES = {"sglang_eagle3.hooks.plan"}
+PURE_MODULES = {"sglang_eagle3.hooks.plan", "sglang_eagle3.hooks.accept_watch"}
 
 
 def _modules() -> dict[str, Path]:

@@ -1,4 +1,6 @@
-"""Online weight updates keep the wiring: real CPU SGLang servers, SGLang's own HTTP update path.
+"""A served drafter's life on real CPU SGLang servers: online weight updates through SGLang's
+own HTTP update path keep the wiring, and the live accept-length watch warns when the served
+accept length falls below what the drafter should reach.
 
 Server A starts with draft 1 and is updated to draft 2 through /update_weights_from_tensor
 (selector "draft"); server B starts fresh with draft 2. Both drafts are the trained tiny
@@ -7,12 +9,16 @@ layer:2, layer:5, so the fc input is permuted at load) with per-tap norms (fc_no
 fused fc block is installed with its PyTorch path (a test-only switch): the code a Hopper
 server runs, where the fused block hides the norm modules from a module-level permutation.
 Before the fix the updated server's drafter logits differed from the fresh one's by 10.2.
+
+A is started expecting an accept length of 3.9 (its drafts reach about 2.2), B expecting 1.5.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import urllib.request
 
 import pytest
 import torch
@@ -30,7 +36,10 @@ TRAINED_ORDER = (2, 0, 1)  # the trained draft's blocks (embed, layer:2, layer:5
 PROMPTS = ["def main(", "import os\n", "class Foo:", "for i in range("]
 SPEC = ["--cpu", "--dtype", "float32", "--disable-radix-cache", "--speculative-algorithm",
         "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-        "--speculative-num-draft-tokens", "4"]  # fmt: skip
+        "--speculative-num-draft-tokens", "4", "--enable-metrics", "--decode-log-interval", "8",
+        "--accept-watch-window", "32"]  # fmt: skip
+WARNING = re.compile(r"accept-length watch: served accept length ([\d.]+) over the last (\d+) "
+                     r"verified tokens is below 0.8 x the expected ([\d.]+)")  # fmt: skip
 
 
 def _write_draft(out, trained, seed: int):
@@ -66,18 +75,19 @@ def drafts(tmp_path_factory):
     )
 
 
-def _server(factory, target, draft, record, name):
+def _server(factory, target, draft, record, name, expected):
     env = {env_names.FUSED_FC_TEST_INSTALL: "1", env_names.RECORD_TAPS: str(record)}
-    return factory(target, [*SPEC, "--speculative-draft-model-path", str(draft)], name=name,
-                   module="sglang_eagle3.launch", env=env)  # fmt: skip
+    argv = [*SPEC, "--speculative-draft-model-path", str(draft), "--expected-accept-length",
+            expected]  # fmt: skip
+    return factory(target, argv, name=name, module="sglang_eagle3.launch", env=env)
 
 
 @pytest.fixture(scope="module")
 def servers(module_server_factory, drafts, tmp_path_factory):
     target, one, two = drafts
     rec = tmp_path_factory.mktemp("records")
-    a = _server(module_server_factory, target, one, rec / "a", "updated")
-    b = _server(module_server_factory, target, two, rec / "b", "fresh")
+    a = _server(module_server_factory, target, one, rec / "a", "updated", "3.9")
+    b = _server(module_server_factory, target, two, rec / "b", "fresh", "1.5")
     return a, b, rec
 
 
@@ -195,3 +205,30 @@ def test_the_fused_fc_install_is_decided_from_the_weights_own_device(monkeypatch
     assert fused_fc_decision(torch.empty(2, 6)) == (False, f"{env_names.FUSED_FC}=0")
     monkeypatch.setenv(env_names.FUSED_FC_TEST_INSTALL, "1")
     assert fused_fc_decision(torch.empty(2, 6))[0]
+
+
+def _metrics(srv) -> str:
+    with urllib.request.urlopen(srv.url + "/metrics", timeout=30) as r:
+        return r.read().decode()
+
+
+def test_the_accept_watch_warns_once_per_low_window_and_exports_the_layout(servers):
+    a, b, rec = servers
+    outs = [generate(srv, p, 64) for srv in (a, b) for p in PROMPTS]
+    assert all(o["meta_info"]["spec_verify_ct"] > 0 for o in outs)  # both speculated
+    warnings = WARNING.findall(a.log())
+    verified = sum(o["meta_info"]["completion_tokens"] for o in outs[: len(PROMPTS)])
+    # every window of 32 verified tokens that closed was low; at most one warning each
+    assert 1 <= len(warnings) <= verified // 32, (len(warnings), verified)
+    for served, tokens, expected in warnings:
+        assert float(served) < 0.8 * 3.9 and int(tokens) >= 32 and expected == "3.90"
+    line = next(x for x in a.log().splitlines() if "accept-length watch: served" in x)
+    assert "python -m sglang_eagle3.doctor --draft" in line and "--steps 3 --topk 1" in line
+    assert "accept-length watch: served" not in b.log()  # within its expectation: silent
+    for srv, expected in ((a, "3.9"), (b, "1.5")):
+        text = _metrics(srv)
+        assert re.search(r'sglang_eagle3:layout_info\{[^}]*layout="layer:5,embed,layer:2"', text)
+        assert 'capture_order="embed,layer:2,layer:5"' in text
+        assert re.search(rf"sglang_eagle3:expected_accept_length\{{[^}}]*\}} {expected}", text)
+        served = re.search(r"sglang_eagle3:window_accept_length(?:\{[^}]*\})? ([\d.]+)", text)
+        assert served and 1 < float(served.group(1)) <= 4, text[-2000:]

@@ -93,6 +93,10 @@ def _apply_hooks(declared: str | None) -> None:
     from sglang_eagle3.hooks.drafter_update import HOOKS as UPDATE_HOOKS
 
     hooks = CAPTURE_HOOKS + DRAFT_HOOKS + UPDATE_HOOKS
+    from sglang_eagle3.hooks import accept_watch_hooks
+
+    if accept_watch_hooks.wanted(sys.argv):
+        hooks += accept_watch_hooks.HOOKS
     # The HTTP server and the request checks run in SGLang's main process only; the
     # schedulers and the detokenizer (spawned children) would import the HTTP stack for nothing.
     if multiprocessing.parent_process() is None:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from sglang_eagle3 import env_names
 from sglang_eagle3.errors import WiringError
+from sglang_eagle3.hooks.accept_watch import DEFAULT_FRACTION, DEFAULT_WINDOW
+from sglang_eagle3.launch.accept_expectation import watch_from_args
 from sglang_eagle3.launch.cpu_env import (
     STOCK_SERVER,
     cpu_ranks,
@@ -83,6 +85,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="run on this machine's CPU with the reference kernels (tests and demos, not speed)",
     )
     p.add_argument(
+        "--expected-accept-length",
+        metavar="VALUE|JSON",
+        help="watch the served accept length live: the value the drafter should reach (> 1), or "
+        "the JSON of `python -m sglang_eagle3.doctor --json` (its replay or predicted value); "
+        "one warning per window that falls below --accept-watch-fraction of it",
+    )
+    p.add_argument(
+        "--accept-watch-fraction",
+        type=float,
+        default=DEFAULT_FRACTION,
+        help="warn below this fraction of the expected accept length (%(default)s)",
+    )
+    p.add_argument("--accept-watch-window", type=int, default=DEFAULT_WINDOW,
+                   help="verified tokens per comparison (%(default)s)")  # fmt: skip
+    p.add_argument(
         "--draft-cache-dir",
         type=Path,
         default=LaunchOptions().cache_dir,
@@ -126,6 +143,30 @@ def _bind_cpu_ranks(plan: LaunchPlan) -> LaunchPlan:
     return replace(plan, env={**plan.env, name: env[name]}, notes=(*plan.notes, note))
 
 
+def _watch(plan: LaunchPlan, args: argparse.Namespace) -> LaunchPlan:
+    """The plan with the accept-length watch's settings in the plugin's environment."""
+    if args.expected_accept_length is None:
+        return plan
+    if plan.resolution is None or plan.draft_src is None:
+        raise WiringError(
+            "--expected-accept-length needs a speculative EAGLE-3 server with a draft",
+            path="command line",
+            fix="add --speculative-algorithm EAGLE3 --speculative-draft-model-path DRAFT, or "
+            "drop --expected-accept-length",
+        )
+    steps, topk, _ = plan.resolution.flags.as_tuple()
+    doctor = ["python", "-m", "sglang_eagle3.doctor", "--draft", plan.draft_src, "--target",
+              plan.target.path, "--steps", str(steps), "--topk", str(topk)]  # fmt: skip
+    watch = watch_from_args(args.expected_accept_length, fraction=args.accept_watch_fraction,
+                            window=args.accept_watch_window, steps=steps, topk=topk,
+                            doctor=doctor)  # fmt: skip
+    note = (
+        f"accept-length watch: expected {watch.expected:.2f} (from {watch.source}); one "
+        f"warning per {watch.window} verified tokens served below {watch.fraction:g} of it"
+    )
+    return replace(plan, env={**plan.env, **watch.to_env()}, notes=(*plan.notes, note))
+
+
 def _once(values: list[str] | None, flag: str) -> str | None:
     """The one value of a launcher flag; an error when given twice with different values
     (argparse would silently keep the last, as SGLang does for its own flags)."""
@@ -164,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = plan_launch(rest, opts)
         if args.cpu:
             plan = _bind_cpu_ranks(plan)
+        plan = _watch(plan, args)
         if args.json:
             out = plan.to_json()
             out["command"] = command_line(plan)
