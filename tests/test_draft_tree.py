@@ -22,16 +22,16 @@ def test_walk_follows_chosen_children_of_the_accepted_node():
     mask = torch.ones(5, dtype=torch.bool)
     # truth at positions 1, 2: 6 then 7 -> b (node 1), then its child 7 (node 5)
     truth = torch.tensor([0, 6, 7, -1, -1])
-    got = _walk(tok, par, chosen, depth_of, ids, truth, mask, steps=2)
+    got = _walk(tok, par, chosen[None], depth_of, ids, truth, mask, steps=2)[0]
     assert got.depth.tolist() == [2] and got.hit1.tolist() == [True]
     assert got.correct == [1, 1] and got.total == [1, 1]
     # the same truth, but node 5 not chosen: depth 2 finds no child of b
     chosen[0, 5] = False
-    got = _walk(tok, par, chosen, depth_of, ids, truth, mask, steps=2)
+    got = _walk(tok, par, chosen[None], depth_of, ids, truth, mask, steps=2)[0]
     assert got.depth.tolist() == [1] and got.correct == [1, 0]
     # truth 8 at depth 2 belongs to a (not accepted) and is not chosen anyway
     truth = torch.tensor([0, 5, 8, -1, -1])
-    got = _walk(tok, par, chosen, depth_of, ids, truth, mask, steps=2)
+    got = _walk(tok, par, chosen[None], depth_of, ids, truth, mask, steps=2)[0]
     assert got.depth.tolist() == [1]
 
 

@@ -52,19 +52,26 @@ def check_tree(steps: int, topk: int, draft_tokens: int) -> None:
         )
 
 
+@dataclass
+class DraftTree:
+    """Every candidate node SGLang's tree search scores for each row, over ``steps`` steps
+    (a search of fewer steps makes the same first levels: beams depend on earlier steps only)."""
+
+    tok: torch.Tensor  # [T, nodes] target token ids
+    par: torch.Tensor  # [T, nodes] parent node (-1: the root's children)
+    score: torch.Tensor  # [T, nodes] path probability
+    depth_of: torch.Tensor  # [nodes] depth of each node (1 .. steps)
+
+
 @torch.inference_mode()
-def score_tree(
+def build_tree(
     draft: Eagle3Draft,
     taps: torch.Tensor,  # [T, num_aux * target_hidden]
     ids: torch.Tensor,  # [T + 1] the sample's target ids; row t is fed ids[t + 1]
-    truth: torch.Tensor,  # [T + 1] the target's token at each position (-1: unknown)
-    mask: torch.Tensor,  # [T + 1] bool: positions scored
     *,
     steps: int,
     topk: int,
-    draft_tokens: int,
-) -> TreeScore:
-    check_tree(steps, topk, draft_tokens)
+) -> DraftTree:
     k, n_rows, dev = topk, taps.shape[0], draft.device
     rows = torch.arange(n_rows, device=dev)
     caches = [LayerCache() for _ in range(draft.config.num_layers)]
@@ -98,36 +105,70 @@ def score_tree(
         beam_tok, beam_score = child.gather(1, pick), best
         out = out.view(n_rows, k, -1)
         beam_hidden = out.gather(1, parent[:, :, None].expand(-1, -1, out.shape[-1]))
-    tok, par = torch.cat(tokens, 1).cpu(), torch.cat(parents, 1).cpu()
-    chosen = torch.zeros_like(tok, dtype=torch.bool)
-    chosen.scatter_(1, torch.cat(scores, 1).topk(draft_tokens - 1, dim=-1).indices.cpu(), True)
-    return _walk(tok, par, chosen, torch.tensor(depth_of), ids, truth, mask, steps)
+    return DraftTree(torch.cat(tokens, 1).cpu(), torch.cat(parents, 1).cpu(),
+                     torch.cat(scores, 1).cpu(), torch.tensor(depth_of))  # fmt: skip
 
 
-def _walk(tok, par, chosen, depth_of, ids, truth, mask, steps: int) -> TreeScore:
-    """Greedy verify from every row; a branch goes on only where its token is also the
-    data's next token (so the next truth is computed on the context the data holds)."""
-    n_rows, seq = tok.shape[0], ids.shape[0]
+def walk_tree(
+    tree: DraftTree, ids, truth, mask, *, steps: int, draft_tokens: int | list[int]
+) -> TreeScore | list[TreeScore]:
+    """Greedy verify of the tree SGLang keeps for ``steps`` and ``draft_tokens``: the
+    ``draft_tokens - 1`` best-scored nodes of depth <= steps. A list of draft-token counts is
+    walked in one pass (their kept sets are nested) and gives one score each."""
+    many = isinstance(draft_tokens, list)
+    score = tree.score.masked_fill((tree.depth_of > steps)[None], -1.0)
+    rank = score.argsort(dim=-1, descending=True).argsort(dim=-1)  # [T, nodes] 0 = best
+    counts = torch.tensor(draft_tokens if many else [draft_tokens])
+    chosen = rank[None] < (counts - 1)[:, None, None]  # [N, T, nodes]
+    got = _walk(tree.tok, tree.par, chosen, tree.depth_of, ids, truth, mask, steps)
+    return got if many else got[0]
+
+
+def score_tree(
+    draft: Eagle3Draft,
+    taps: torch.Tensor,  # [T, num_aux * target_hidden]
+    ids: torch.Tensor,  # [T + 1] the sample's target ids; row t is fed ids[t + 1]
+    truth: torch.Tensor,  # [T + 1] the target's token at each position (-1: unknown)
+    mask: torch.Tensor,  # [T + 1] bool: positions scored
+    *,
+    steps: int,
+    topk: int,
+    draft_tokens: int,
+) -> TreeScore:
+    check_tree(steps, topk, draft_tokens)
+    tree = build_tree(draft, taps, ids, steps=steps, topk=topk)
+    return walk_tree(tree, ids, truth, mask, steps=steps, draft_tokens=draft_tokens)
+
+
+def _walk(tok, par, chosen, depth_of, ids, truth, mask, steps: int) -> list[TreeScore]:
+    """Greedy verify from every row, for each kept set ``chosen`` [N, T, nodes]; a branch goes
+    on only where its token is also the data's next token (so the next truth is computed on
+    the context the data holds)."""
+    n_sets, n_rows, seq = chosen.shape[0], tok.shape[0], ids.shape[0]
     rows = torch.arange(n_rows)
-    cur = torch.full((n_rows,), -1)
-    alive = torch.ones(n_rows, dtype=torch.bool)
-    depth = torch.zeros(n_rows, dtype=torch.long)
-    first = hit1 = torch.zeros(n_rows, dtype=torch.bool)
+    cur = torch.full((n_sets, n_rows), -1)
+    alive = torch.ones(n_sets, n_rows, dtype=torch.bool)
+    depth = torch.zeros(n_sets, n_rows, dtype=torch.long)
+    first = hit1 = torch.zeros(n_sets, n_rows, dtype=torch.bool)
     correct, total = [], []
     for d in range(1, steps + 1):
         u = rows + d  # position of the depth-d token
         uc = u.clamp(max=seq - 1)
         want = truth[uc]
         valid = (u < seq) & mask[uc].bool() & (want >= 0)
-        here = alive & valid
-        match = (depth_of == d)[None] & chosen & (par == cur[:, None]) & (tok == want[:, None])
-        found = match.any(1) & here
+        here = alive & valid[None]
+        match = ((depth_of == d)[None] & (tok == want[:, None]))[None] & chosen
+        match &= par[None] == cur[..., None]
+        found = match.any(-1) & here
         if d == 1:
             first, hit1 = valid.clone(), found.clone()
-        total.append(int(here.sum()))
-        correct.append(int(found.sum()))
+        total.append(here.sum(-1).tolist())
+        correct.append(found.sum(-1).tolist())
         depth += found.long()
-        cur = torch.where(found, match.float().argmax(1), cur)
+        cur = torch.where(found, match.float().argmax(-1), cur)
         data_next = torch.where(u + 1 < seq, ids[(u + 1).clamp(max=seq - 1)], -1)
-        alive = found & (want == data_next)
-    return TreeScore(first, depth, hit1, correct, total)
+        alive = found & (want == data_next)[None]
+    return [
+        TreeScore(first, depth[i], hit1[i], [c[i] for c in correct], [t[i] for t in total])
+        for i in range(n_sets)
+    ]

@@ -142,13 +142,13 @@ def score_sample(
         data_next = torch.where(u + 1 < seq, ids[(u + 1).clamp(max=seq - 1)], -1)
         return valid & hit & (pred == data_next)
 
-    draft.forward(_fc_taps(draft, sample, indices), ids[1:], steps=steps, keep=keep)
-    verifies, accepted = serving_walk(_walked(first, sample).tolist(), depth.tolist())
+    draft.forward(fc_taps(draft, sample, indices), ids[1:], steps=steps, keep=keep)
+    verifies, accepted = serving_walk(walked_rows(first, sample).tolist(), depth.tolist())
     result.walk_verifies += verifies
     result.walk_accepted += accepted
 
 
-def _fc_taps(draft: Eagle3Draft, sample: Sample, indices: Sequence[int]) -> torch.Tensor:
+def fc_taps(draft: Eagle3Draft, sample: Sample, indices: Sequence[int]) -> torch.Tensor:
     hs = sample.hidden_states
     if indices:
         return hs[:-1, list(indices)].flatten(1)  # [T, K * hidden]
@@ -158,7 +158,7 @@ def _fc_taps(draft: Eagle3Draft, sample: Sample, indices: Sequence[int]) -> torc
 def _score_tree_sample(draft, sample, indices, truth, steps, result, tree) -> None:
     from sglang_eagle3.doctor.draft_tree import score_tree
 
-    taps = _fc_taps(draft, sample, indices)
+    taps = fc_taps(draft, sample, indices)
     ids, mask = sample.input_ids, sample.loss_mask
     got = score_tree(draft, taps, ids, truth, mask, steps=steps, topk=tree[0],
                      draft_tokens=tree[1])  # fmt: skip
@@ -166,12 +166,12 @@ def _score_tree_sample(draft, sample, indices, truth, steps, result, tree) -> No
         result.correct[d] += c
         result.total[d] += t
     result.hits.append(got.hit1[got.first])
-    verifies, accepted = serving_walk(_walked(got.first, sample).tolist(), got.depth.tolist())
+    verifies, accepted = serving_walk(walked_rows(got.first, sample).tolist(), got.depth.tolist())
     result.walk_verifies += verifies
     result.walk_accepted += accepted
 
 
-def _walked(first: torch.Tensor, sample: Sample) -> torch.Tensor:
+def walked_rows(first: torch.Tensor, sample: Sample) -> torch.Tensor:
     """Rows whose verify a server's walk meets: [seq - 1] bool (row t's truth index is t+1)."""
     if sample.walk_mask is None:
         return first
@@ -194,7 +194,7 @@ def serving_walk(scored: Sequence[bool], depth: Sequence[int]) -> tuple[int, int
     return verifies, accepted
 
 
-def _head(sample: Sample, keep: int) -> Sample:
+def first_positions(sample: Sample, keep: int) -> Sample:
     """The first ``keep`` positions of a sample."""
     cut = {k: getattr(sample, k) for k in ("truth", "walk_mask")}
     return replace(
@@ -236,7 +236,7 @@ def evaluate(
             if used >= max_tokens:
                 break
             keep = min(sample.input_ids.shape[0], max_tokens - used + 1)
-            sample = _head(sample, keep)
+            sample = first_positions(sample, keep)
             check_ids(sample, draft.embed.vocab_size)
             truth = truth_tokens(sample, head)
             for cand, res in live:

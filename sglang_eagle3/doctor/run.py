@@ -80,7 +80,7 @@ def _run(opts: DoctorOptions) -> Report:
 
         ev = captured_evidence(opts)
     else:
-        ev = _training_data(opts)
+        ev = training_evidence(opts)
     data, info, n, lay, family = ev.data, ev.data.info, ev.num_layers, ev.lay, ev.family
     draft = load_draft(opts.draft, target_dir=opts.target, device=opts.device, dtype=opts.dtype)
     # captured data's truth is its own greedy continuation: the target's head adds nothing
@@ -171,7 +171,7 @@ class Evidence:
     uses_head: bool  # truth from the target's head on the verifier tap (else the samples')
 
 
-def _training_data(opts: DoctorOptions) -> Evidence:
+def training_evidence(opts: DoctorOptions) -> Evidence:
     from sglang_eagle3.data.train_data import TrainData
     from sglang_eagle3.doctor.target import target_config
 
