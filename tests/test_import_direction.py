@@ -27,7 +27,8 @@ RANK = {
     "launch": 5,
     "doctor": 6,  # proves the wiring through the launcher's own capture server (--engine sglang)
     "bench": 7,
-    "testing": 8,
+    "tune": 8,  # predicts settings from the doctor's evidence and launched servers
+    "testing": 9,
 }
 ENTRY_SHIMS = {"sglang_eagle3.demo", "sglang_eagle3.tiny"}  # `python -m` names kept working
 HEAVY = ("torch", "sglang", "triton", "transformers", "numpy", "safetensors.torch", "sgl_kernel")
@@ -41,7 +42,13 @@ NOT_PURE = {
     "sglang_eagle3.launch.cli",
     "sglang_eagle3.launch.server_process",
 }
-PURE_MODULES = {"sglang_eagle3.hooks.plan", "sglang_eagle3.hooks.accept_watch"}
+PURE_MODULES = {
+    "sglang_eagle3.hooks.plan",
+    "sglang_eagle3.hooks.accept_watch",
+    "sglang_eagle3.tune.grid",
+    "sglang_eagle3.tune.cost",
+    "sglang_eagle3.tune.report",
+}
 
 
 def _modules() -> dict[str, Path]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -193,3 +193,16 @@ def canonical_argv(argv: list[str]) -> list[str]:
         if not overridden:
             out.extend(f.tokens)
     return out
+
+
+def drop_options(argv: list[str], unwanted: Callable[[str], bool]) -> list[str]:
+    """``argv`` without the SGLang options (and their values) whose canonical name is
+    ``unwanted``; everything else as written."""
+    flags = _flags(argv)
+    ends = [f.start for f in flags[1:]] + [len(argv)]
+    return [
+        tok
+        for f, end in zip(flags, ends, strict=True)
+        if not (f.opt is not None and unwanted(f.opt.canonical))
+        for tok in argv[f.start : end]
+    ]

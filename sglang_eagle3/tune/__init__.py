@@ -1,0 +1,1 @@
+"""`python -m sglang_eagle3.tune`: predict the fastest speculative settings, and say why."""

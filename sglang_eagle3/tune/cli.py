@@ -1,0 +1,155 @@
+"""`python -m sglang_eagle3.tune`: the fastest speculative settings for this target, drafter and
+hardware, predicted from an acceptance profile (the doctor's evidence) and a cost model fitted
+on three servers (plain and two speculative settings), with the reasons.
+
+Every other argument is the launcher's (`python -m sglang_eagle3.launch`): the servers it
+measures start through it, one at a time. Bad input: exit 2 with one message, nothing started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from sglang_eagle3.draft_tree_size import max_draft_tokens
+from sglang_eagle3.errors import WiringError
+from sglang_eagle3.tune.grid import Setting, grid, parse_range
+
+PROG = "python -m sglang_eagle3.tune"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument("--concurrency", default="1,8,32", help="concurrent requests to predict for")
+    p.add_argument("--steps", default="1-8", help="--speculative-num-steps to consider (1-8)")
+    p.add_argument("--topk", default="1-4", help="--speculative-eagle-topk to consider (1-4)")
+    p.add_argument("--max-draft-tokens", type=int, default=16, help="largest draft tokens (16)")
+    p.add_argument("--data", help="the drafter's training data (default: the target's own "
+                   "greedy continuations, as the doctor's data-free mode)")  # fmt: skip
+    p.add_argument(
+        "--engine",
+        default="auto",
+        choices=("auto", "hf", "sglang"),
+        help="data-free: run the target in HF or SGLang (the doctor's --engine)",
+    )
+    p.add_argument("--max-tokens", type=int, default=2048, help="draft positions scored (2048)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per timed request")
+    p.add_argument(
+        "--explain",
+        action="append",
+        default=[],
+        metavar="S,K,N",
+        help="also predict and explain this setting, e.g. 15,1,16 (repeatable)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--png", type=Path, help="plot predicted tok/s against steps and topk")
+    p.add_argument("--adaptive-config", type=Path, help="write SGLang's adaptive config JSON")
+    p.add_argument("--log-dir", type=Path, default=Path("tune-logs"), help="server logs")
+    return p
+
+
+def _setting(text: str) -> Setting:
+    try:
+        s, k, n = (int(x) for x in text.split(","))
+    except ValueError:
+        s = k = n = 0
+    if min(s, k) < 1 or not 2 <= n <= max_draft_tokens(max(s, 1), max(k, 1)):
+        raise WiringError(f"--explain {text!r} is not steps,topk,draft_tokens SGLang can run",
+                          path="command line", fix="give e.g. --explain 15,1,16")  # fmt: skip
+    return Setting(s, k, n)
+
+
+def _plan(rest: list[str]):
+    """The launcher's own checks of the user's flags; (plan, SGLang argv)."""
+    from sglang_eagle3.launch.cli import build_parser as launcher_parser
+    from sglang_eagle3.launch.plan import LaunchOptions, plan_launch
+    from sglang_eagle3.launch.server_process import with_cpu_defaults
+    from sglang_eagle3.launch.sglang_argv import canonical_argv
+
+    largs, sglang = launcher_parser().parse_known_args(rest)
+    sglang = canonical_argv(sglang)
+    sglang = with_cpu_defaults(sglang) if largs.cpu else sglang
+    opts = LaunchOptions(largs.hidden_state_layout[-1] if largs.hidden_state_layout else None)
+    plan = plan_launch(sglang, opts)
+    if plan.resolution is None or plan.draft_src is None:
+        raise WiringError("the tuner needs an EAGLE-3 server with a draft", path="command line",
+                          fix="add --speculative-algorithm EAGLE3 "
+                          "--speculative-draft-model-path DRAFT")  # fmt: skip
+    return plan, sglang
+
+
+def _measured_settings(settings: list[Setting]) -> list[Setting]:
+    """The two speculative servers the fit runs: the shortest chain and the grid's largest
+    tree within 4 steps (different step counts and widths pin down the drafter's costs)."""
+    low = min(settings, key=lambda s: (s.steps, s.topk, s.draft_tokens))
+    near = [s for s in settings if s.steps <= 4] or settings
+    high = max(near, key=lambda s: (s.topk * s.draft_tokens, s.steps))
+    return [low, high] if high != low else [low, max(settings)]
+
+
+def run(args: argparse.Namespace, rest: list[str]) -> dict:
+    from sglang_eagle3.doctor.options import DoctorOptions
+    from sglang_eagle3.tune.cost import fit
+    from sglang_eagle3.tune.measure import TIMING, measure_launched, measure_url
+    from sglang_eagle3.tune.profile import acceptance_profile
+    from sglang_eagle3.tune.report import build_result
+
+    concurrency = parse_range(args.concurrency, "--concurrency")
+    plan, sglang = _plan(rest)
+    settings = grid(parse_range(args.steps, "--steps"), parse_range(args.topk, "--topk"),
+                    args.max_draft_tokens, sglang, plan.target.architecture)  # fmt: skip
+    explained = [_setting(e) for e in args.explain]
+    opts = DoctorOptions(plan.draft_src, data=args.data, target=plan.target.path,
+                         max_tokens=args.max_tokens, engine=args.engine)  # fmt: skip
+    profile = acceptance_profile(opts, sorted(set(settings) | set(explained)))
+    model_path = plan.target.path
+    launch_args = list(rest)
+    outputs: dict[str, dict[str, list[int]]] = {}
+    measured = measure_launched(
+        model_path, launch_args, [None, *_measured_settings(settings)], args.log_dir,
+        lambda url, s, out: measure_url(url, s, _prompts(), concurrency, args.max_new_tokens,
+                                        out),
+        outputs,
+    )  # fmt: skip
+    model = fit(measured)
+    source = f"training data {args.data}" if args.data else "the target's own greedy continuations"
+    result = build_result(model, profile, settings, explained, measured, concurrency,
+                          timing=TIMING, acceptance_source=source)  # fmt: skip
+    plain = outputs.pop("plain")
+    result["lossless"] = {name: got == plain for name, got in outputs.items()}
+    result["plain_outputs"] = plain
+    return result
+
+
+def _prompts() -> list[str]:
+    from sglang_eagle3.bench.prompts import BUILT_IN
+
+    return list(BUILT_IN)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, rest = build_parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+    try:
+        result = run(args, rest)
+    except WiringError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as stop:
+        from sglang_eagle3.launch.server_process import interrupted_by
+
+        name, code = interrupted_by(stop)
+        print(f"{PROG}: interrupted ({name}); every server it started is stopped",
+              file=sys.stderr)  # fmt: skip
+        return code
+    from sglang_eagle3.tune.report import render
+
+    if args.adaptive_config:
+        args.adaptive_config.write_text(json.dumps(result["adaptive_config"], indent=2) + "\n")
+    if args.png:
+        from sglang_eagle3.tune.plot import plot
+
+        plot(result, args.png)
+    print(json.dumps(result, indent=2) if args.json else render(result))
+    return 0

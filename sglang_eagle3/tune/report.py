@@ -1,0 +1,161 @@
+"""What the tuner prints: the best setting per concurrency as launch flags, the top 5, the
+cost breakdown and break-even accept length, plain sentences where speculation cannot pay,
+and SGLang's --speculative-adaptive-config built from the same model (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sglang_eagle3.tune.cost import CostModel, Measured, break_even
+from sglang_eagle3.tune.grid import Setting
+
+ADAPTIVE_WITHIN = 0.9  # adaptive candidates: chain steps within 10 % of the best chain
+
+
+@dataclass(frozen=True)
+class Prediction:
+    setting: Setting
+    concurrency: int
+    accept_length: float
+    tok_s: float  # per request: accept_length / cycle
+    speedup: float  # over plain decoding at this concurrency
+
+    def to_dict(self) -> dict:
+        s = self.setting
+        return {"steps": s.steps, "topk": s.topk, "draft_tokens": s.draft_tokens,
+                "concurrency": self.concurrency, "accept_length": round(self.accept_length, 3),
+                "tok_s": round(self.tok_s, 2), "speedup": round(self.speedup, 3)}  # fmt: skip
+
+
+def predict(model: CostModel, profile: dict[Setting, float], c: int) -> list[Prediction]:
+    """Every profiled setting at concurrency ``c``, fastest first."""
+    plain = 1 / model.plain(c)
+    out = []
+    for s, accept in profile.items():
+        tok_s = accept / model.cycle(s.steps, s.topk, s.draft_tokens, c)
+        out.append(Prediction(s, c, accept, tok_s, tok_s / plain))
+    return sorted(out, key=lambda p: -p.tok_s)
+
+
+def explain(model: CostModel, p: Prediction) -> dict:
+    """Where a cycle's time goes, and the accept length it needs to beat plain decoding."""
+    s, c = p.setting, p.concurrency
+    parts = model.parts(s.steps, s.topk, s.draft_tokens, c)
+    cycle = sum(parts.values())
+    need = break_even(model, s.steps, s.topk, s.draft_tokens, c)
+    verify = (parts["verify"] + parts["rest"]) / model.plain(c)
+    return {"setting": str(s), "concurrency": c, "cycle_s": cycle,
+            "shares": {k: round(v / cycle, 3) for k, v in parts.items()},
+            "verify_vs_plain_step": round(verify, 2), "break_even_accept_length": round(need, 2),
+            "accept_length": round(p.accept_length, 2), "tok_s": round(p.tok_s, 2),
+            "pays": p.accept_length > need}  # fmt: skip
+
+
+def verdict(model: CostModel, best: Prediction) -> str:
+    """One plain sentence on whether speculation pays at this concurrency."""
+    e = explain(model, best)
+    c = best.concurrency
+    if e["pays"]:
+        return (f"at {c} concurrent request(s), {best.setting} is predicted {best.speedup:.2f}x "
+                f"plain: it needs accept length > {e['break_even_accept_length']} and this "
+                f"drafter reaches {e['accept_length']}")  # fmt: skip
+    return (f"at {c} concurrent request(s), verify costs {e['verify_vs_plain_step']}x a plain "
+            f"step; speculation needs accept length > {e['break_even_accept_length']} and this "
+            f"drafter reaches {e['accept_length']}: serve without it, or use the adaptive "
+            "config")  # fmt: skip
+
+
+def adaptive_config(model: CostModel, profile: dict[Setting, float], concurrencies) -> dict:
+    """SGLang 0.5.23's --speculative-adaptive-config (topk 1 only): per batch size, the chain
+    steps predicted within 10 % of the best chain, and 0 (no drafting) where plain is."""
+    out = {}
+    chains = {s: a for s, a in profile.items() if s.topk == 1}
+    for c in concurrencies:
+        preds = predict(model, chains, c)
+        if not preds:
+            continue
+        best = max(preds[0].tok_s, 1 / model.plain(c))
+        steps = {p.setting.steps for p in preds if p.tok_s >= ADAPTIVE_WITHIN * best}
+        if 1 / model.plain(c) >= ADAPTIVE_WITHIN * best:
+            steps.add(0)
+        out[str(c)] = {"candidate_steps": sorted(steps), "up_hysteresis": 0.0,
+                       "down_hysteresis": -0.25, "ceiling_coeff": 0}  # fmt: skip
+    return out
+
+
+def measured_rows(measured: list[Measured]) -> list[dict]:
+    return [{"steps": m.steps, "topk": m.topk, "draft_tokens": m.draft_tokens,
+             "concurrency": m.concurrency, "seconds": round(m.seconds, 6),
+             "accept_length": m.accept_length} for m in measured]  # fmt: skip
+
+
+def render(result: dict) -> str:
+    """The text report of a tune result (the same dict --json prints)."""
+    lines = [f"cost model: {result['timing']}; fitted on {len(result['measured'])} points",
+             f"acceptance: {result['acceptance_source']}"]  # fmt: skip
+    for name, same in result.get("lossless", {}).items():
+        lines.append(f"lossless: {name} greedy output {'equals' if same else 'DIFFERS FROM'} "
+                     "plain's on every prompt")  # fmt: skip
+    lines.append("")
+    for c in result["concurrency"]:
+        row = result["per_concurrency"][str(c)]
+        lines.append(f"== concurrency {c}: plain {row['plain_tok_s']:.1f} tok/s per request")
+        lines.append(f"   best: {row['flags']}")
+        lines.append(f"   {row['verdict']}")
+        lines.append("   top 5 (predicted):")
+        for p in row["top"]:
+            lines.append(f"     steps {p['steps']} topk {p['topk']} draft tokens "
+                         f"{p['draft_tokens']}: accept {p['accept_length']:.2f}, "
+                         f"{p['tok_s']:.1f} tok/s, {p['speedup']:.2f}x plain")  # fmt: skip
+        shares = ", ".join(f"{k} {v:.0%}" for k, v in row["why"]["shares"].items())
+        lines.append(f"   the best cycle: {shares}; break-even accept length "
+                     f"{row['why']['break_even_accept_length']}")  # fmt: skip
+    for e in result.get("explained", []):
+        lines.append(f"explain {e['setting']} at {e['concurrency']}: predicted {e['tok_s']:.1f} "
+                     f"tok/s (accept {e['accept_length']}, break-even "
+                     f"{e['break_even_accept_length']}; draft steps "
+                     f"{e['shares']['draft_steps']:.0%} of the cycle)")  # fmt: skip
+    return "\n".join(lines)
+
+
+def build_result(
+    model: CostModel, profile: dict[Setting, float], settings: list[Setting],
+    explained: list[Setting], measured: list[Measured], concurrency, *, timing: str,
+    acceptance_source: str,
+) -> dict:  # fmt: skip
+    """Everything the tuner found, as one JSON-able dict (what --json prints)."""
+    grid_profile = {s: profile[s] for s in settings}
+    plain = {m.concurrency: 1 / m.seconds for m in measured if m.steps == 0}
+    per, every = {}, []
+    for c in concurrency:
+        preds = predict(model, grid_profile, c)
+        every += [p.to_dict() for p in preds]
+        best = preds[0]
+        pays = best.tok_s > 1 / model.plain(c)
+        per[str(c)] = {
+            "plain_tok_s": round(plain.get(c, 1 / model.plain(c)), 2),
+            "best": best.to_dict(),
+            "flags": " ".join(best.setting.flags)
+            if pays
+            else "no speculation: launch "
+            "without --speculative-algorithm (or with the adaptive config)",
+            "verdict": verdict(model, best),
+            "top": [p.to_dict() for p in preds[:5]],
+            "why": explain(model, best),
+        }
+    explains = []
+    for s in explained:
+        for c in concurrency:
+            [p] = predict(model, {s: profile[s]}, c)
+            explains.append(explain(model, p))
+    return {
+        "timing": timing,
+        "acceptance_source": acceptance_source,
+        "concurrency": list(concurrency),
+        "model": model.to_dict(),
+        "measured": measured_rows(measured),
+        "per_concurrency": per,
+        "explained": explains,
+        "adaptive_config": adaptive_config(model, grid_profile, concurrency),
+        "predictions": every,
+    }

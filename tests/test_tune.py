@@ -1,0 +1,168 @@
+"""The tuner: its cost model and grid (pure), its acceptance profile against the doctor, its
+refusals (exit 2 before any server), and one real run on the tiny target and drafter whose
+pick and adaptive config then start a real CPU SGLang server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest_helpers_layout import flat_config, make_flat_draft, write_json
+
+from sglang_eagle3.tune.cost import CostModel, Measured, break_even, fit
+from sglang_eagle3.tune.grid import Setting, grid, parse_range
+from sglang_eagle3.tune.report import adaptive_config, predict, verdict
+
+TRUE = CostModel(p0=0.010, p1=0.002, t0=0.004, d0=0.003, d1=0.0005)
+
+
+def _points(model: CostModel) -> list[Measured]:
+    out = [Measured(0, 0, 0, c, model.plain(c)) for c in (1, 8, 32)]
+    for s, k, n in ((1, 1, 2), (4, 4, 16)):
+        out += [Measured(s, k, n, c, model.cycle(s, k, n, c), 2.0) for c in (1, 8, 32)]
+    return out
+
+
+def test_the_fit_recovers_the_costs_that_made_the_measurements():
+    got = fit(_points(TRUE))
+    for name, want in vars(TRUE).items():
+        assert getattr(got, name) == pytest.approx(want, rel=1e-6, abs=1e-9), name
+
+
+def test_break_even_and_the_sentence_when_speculation_cannot_pay():
+    profile = {Setting(15, 1, 16): 1.9, Setting(3, 1, 4): 1.9}
+    need = break_even(TRUE, 15, 1, 16, 32)
+    assert need == pytest.approx(TRUE.cycle(15, 1, 16, 32) / TRUE.plain(32))
+    best = predict(TRUE, profile, 32)[0]
+    text = verdict(TRUE, best)
+    assert (
+        text.startswith("at 32 concurrent request(s), verify costs") and "serve without it" in text
+    )
+    assert f"reaches {best.accept_length:.1f}" in text
+
+
+@pytest.mark.sglang
+def test_adaptive_config_is_what_sglang_loads(tmp_path):
+    profile = {Setting(s, 1, s + 1): 1 + 0.6 * (1 - 0.5**s) / 0.5 for s in range(1, 8)}
+    cfg = adaptive_config(TRUE, profile, (1, 8, 32))
+    path = write_json(tmp_path / "adaptive.json", cfg)
+    code = ("import sys; from sglang.srt.speculative.adaptive_spec_params import "
+            "_load_adaptive_config as f; print(sorted(f(sys.argv[1])[1]))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == "[1, 8, 32]", out.stderr[-2000:]
+    assert all(e["candidate_steps"] for e in cfg.values())
+
+
+def test_the_grid_follows_sglangs_rules():
+    got = grid((1, 2), (1, 2), 5, [], "DeepseekV3ForCausalLM")
+    assert Setting(1, 1, 2) in got and Setting(2, 1, 3) in got and Setting(1, 2, 3) in got
+    assert Setting(1, 2, 4) not in got  # 1 step of topk 2 holds 3 draft tokens at most
+    assert parse_range("1-3,5", "--steps") == (1, 2, 3, 5)
+
+
+def _tune(args: list[str], cwd) -> subprocess.CompletedProcess:
+    code = (
+        "import sys; from sglang_eagle3.tune.cli import main; rc = main(sys.argv[1:]); "
+        "print('SGLANG_IMPORTED' if 'sglang' in sys.modules else '', file=sys.stderr); "
+        "sys.exit(rc)"
+    )
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "case,extra,message",
+    [
+        ("tree under trtllm_mha", ["--topk", "1-2", "--attention-backend", "trtllm_mha"],
+         "which SGLang would refuse with these flags"),
+        ("not speculative", ["--no-spec"], "the tuner needs an EAGLE-3 server with a draft"),
+        ("bad steps", ["--steps", "0-3"], "--steps '0-3' is not a list of integers >= 1"),
+        ("bad explain", ["--explain", "3,1,9"], "--explain '3,1,9' is not steps,topk"),
+        ("bad concurrency", ["--concurrency", "x"], "--concurrency 'x'"),
+    ],
+)  # fmt: skip
+def test_bad_input_exits_2_before_any_server(tmp_path, case, extra, message):
+    target = write_json(tmp_path / "t" / "config.json", {
+        "architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 8, "hidden_size": 16,
+    }).parent  # fmt: skip
+    draft = make_flat_draft(tmp_path / "d", flat_config(hidden=16, ids=[-1, 2, 5]), fc_in=48)
+    args = ["--model-path", str(target)]
+    if "--no-spec" not in extra:
+        args += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft)]
+    out = _tune(args + [e for e in extra if e != "--no-spec"], tmp_path)
+    assert out.returncode == 2, (case, out.stdout, out.stderr)
+    err = [line for line in out.stderr.splitlines() if line.strip()]
+    assert err[0].startswith("python -m sglang_eagle3.tune: error:") and message in err[0], err
+    assert "SGLANG_IMPORTED" not in out.stderr
+    assert not (tmp_path / "tune-logs").exists()  # no server started
+
+
+@pytest.mark.slow
+def test_the_profile_walks_each_setting_as_the_doctors_replay_does():
+    from sglang_eagle3.doctor.options import DoctorOptions
+    from sglang_eagle3.doctor.run import run_doctor
+    from sglang_eagle3.testing.tiny.drafter import tiny_drafter
+    from sglang_eagle3.tune.profile import acceptance_profile
+
+    d = tiny_drafter()
+    for steps, topk, tokens in ((3, 1, 4), (2, 2, 5)):
+        opts = DoctorOptions(str(d.draft_dir), data=str(d.eval_data), target=str(d.target_dir),
+                             max_tokens=512, steps=steps, topk=topk, draft_tokens=tokens,
+                             progress=False)  # fmt: skip
+        # the deeper grid builds one tree for every setting: its shallower ones must not change
+        grid_ = [Setting(steps, topk, tokens), Setting(steps + 2, topk, tokens)]
+        got = acceptance_profile(opts, grid_)[grid_[0]]
+        assert got == pytest.approx(run_doctor(opts).replay_accept_length, abs=1e-12)
+
+
+@pytest.mark.sglang
+@pytest.mark.slow
+def test_a_real_tune_then_its_pick_and_adaptive_config_serve_losslessly(
+    tmp_path, module_server_factory
+):
+    from sglang_eagle3.testing.tiny.drafter import tiny_drafter
+
+    d = tiny_drafter()
+    spec = ["--cpu", "--model-path", str(d.target_dir), "--dtype", "float32",
+            "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
+            str(d.draft_dir)]  # fmt: skip
+    adaptive = tmp_path / "adaptive.json"
+    out = subprocess.run(
+        [sys.executable, "-m", "sglang_eagle3.tune", *spec, "--concurrency", "1,2", "--steps",
+         "1-3", "--topk", "1", "--max-tokens", "256", "--max-new-tokens", "24", "--explain",
+         "15,1,16", "--json", "--adaptive-config", str(adaptive), "--log-dir",
+         str(tmp_path / "logs")],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    assert result["lossless"] and all(result["lossless"].values()), result["lossless"]
+    assert len(result["measured"]) == 6  # plain and two speculative servers, 2 concurrencies
+    for c in ("1", "2"):
+        row = result["per_concurrency"][c]
+        assert row["verdict"].startswith(f"at {c} concurrent request(s)")
+        assert len(row["top"]) == 3 and row["top"][0] == row["best"]
+        assert abs(sum(row["why"]["shares"].values()) - 1) < 0.01
+    seed = [e for e in result["explained"] if e["setting"] == str(Setting(15, 1, 16))]
+    best = result["per_concurrency"]["1"]["best"]
+    assert seed and seed[0]["tok_s"] < best["tok_s"]  # the seed's setting: predicted slower
+    # the pick, with SGLang's adaptive mode on the config the tuner wrote
+    flags = result["per_concurrency"]["1"]["flags"].split()
+    if flags[0] != "no":
+        spec_flags = flags
+    else:  # speculation cannot pay here: serve the shortest chain the config adapts from
+        spec_flags = Setting(1, 1, 2).flags
+    srv = module_server_factory(
+        d.target_dir, [*spec[3:], *spec_flags, "--speculative-adaptive",
+                       "--speculative-adaptive-config", str(adaptive)],
+        name="tuned", module="sglang_eagle3.launch",
+    )  # fmt: skip
+    for prompt, want in result["plain_outputs"].items():
+        got = srv.post("/generate", {"text": prompt, "sampling_params": {
+            "max_new_tokens": 24, "temperature": 0, "ignore_eos": True}})  # fmt: skip
+        assert got["output_ids"] == want, prompt
+        assert got["meta_info"]["spec_verify_ct"] > 0
