@@ -12,6 +12,7 @@ import os
 from sglang_eagle3 import env_names
 from sglang_eagle3.launch.cpu_env import HARNESS_FLAG, harness_enabled
 from sglang_eagle3.log import get_logger
+from sglang_eagle3.testing.cpu_harness.graph_runner import install_graph_runner_ops
 from sglang_eagle3.testing.cpu_harness.tap_recorder import install_tap_recorder, record_dir
 
 logger = get_logger()
@@ -92,6 +93,7 @@ def activate() -> bool:
     _route_torch_native_to_mla()
     _minimax_m2_qk_norm_on_cpu()
     _no_pynccl_on_cpu()
+    install_graph_runner_ops()
     out_dir = record_dir()
     if out_dir is not None:
         install_tap_recorder(out_dir)

@@ -6,7 +6,9 @@ the ops a tiny DeepSeek-V3 (MLA + MoE) target with an EAGLE-3 Llama drafter call
 `intel_amx` attention backend. Each op is registered as `torch.ops.sgl_kernel.<name>` and
 exported here under the same name. Any other name looked up on this module is a stub that
 raises NotImplementedError when called (SGLang imports some names it never calls), so a test
-can never pass on a silent no-op.
+can never pass on a silent no-op. SGLang's CPU graph runner (`--enable-torch-compile`) needs
+52 more names defined as torch ops to attach its fakes to: `define_graph_runner_ops`
+(graph_ops.py) defines them, with kernels that raise, only when the runner starts.
 
 It must never shadow a real sgl_kernel: it lives in a directory that only the test/demo
 environment puts on PYTHONPATH, and it refuses to import when another importable
@@ -70,6 +72,7 @@ if _other is not None and _imports(_other):
 import torch  # noqa: E402  (the shadowing check above must run before anything else)
 
 from . import attention, cache_ops, norm_ops, spec_ops  # noqa: E402
+from .graph_ops import define_graph_runner_ops  # noqa: E402
 
 _MARKER_OP = "sglang_eagle3_reference_marker"
 
@@ -123,7 +126,7 @@ build_tree_kernel_efficient_cpu = torch.ops.sgl_kernel.build_tree_kernel_efficie
 verify_tree_greedy_cpu = torch.ops.sgl_kernel.verify_tree_greedy_cpu
 fused_qk_rmsnorm_cpu = torch.ops.sgl_kernel.fused_qk_rmsnorm_cpu
 
-__all__ = ["OP_NAMES", "SGLANG_EAGLE3_REFERENCE", *OP_NAMES]
+__all__ = ["OP_NAMES", "SGLANG_EAGLE3_REFERENCE", "define_graph_runner_ops", *OP_NAMES]
 
 
 def _not_implemented(name: str) -> Callable[..., Any]:
