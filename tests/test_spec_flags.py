@@ -58,7 +58,16 @@ ROWS = [
     # topk > 1: draft tokens <= 1 + topk + (steps - 1) * topk^2 (runtime torch.topk)
     (SpecFlags(2, None, 20), DSV3, {}, (2, 4, 20)),
     (SpecFlags(3, 4, 37), LLAMA, {}, (3, 4, 37)),
-    (SpecFlags(3, 4, 38), LLAMA, {}, ["at most 37 draft tokens", f"{DRAFT} between 2 and 37"]),
+    (SpecFlags(3, 4, 38), LLAMA, {}, ["at most 37 draft tokens", f"{DRAFT} between 4 and 37"]),
+    # a tree needs draft tokens >= steps + 1: fewer crashed a real CPU server at its first verify
+    # (eagle_worker_common._compact_accept_to_front), seen with steps 2, topk 2, draft tokens 2
+    (
+        SpecFlags(2, 2, 2),
+        LLAMA,
+        {},
+        [f"{DRAFT} >= {STEPS} + 1 = 3", f"{STEPS} 1 (a topk-2 tree", f"{DRAFT} between 3 and 7"],
+    ),
+    (SpecFlags(None, 4, 3), DSV3, {}, (2, 4, 3)),
     (SpecFlags(3, 4, 1), LLAMA, {}, ["verifies no draft token"]),
     (SpecFlags(2, 8, None), DSV3, {}, (2, 8, 4)),
     # trees ruled out: trtllm_mha (L1176-1180), rejection sampling (L1220-1224), paging
@@ -175,7 +184,8 @@ def _sglang_keeps(s: int, k: int, d: int, kw: dict) -> bool:
         return d == s + 1  # L1255-1266
     tree_ok = not kw.get("use_rejection_sampling") and kw.get("attention_backend") != "trtllm_mha"
     paged_ok = kw.get("page_size", 1) == 1 or kw.get("attention_backend") in (None, "fa3", "triton")
-    return tree_ok and paged_ok and 2 <= d <= 1 + k + (s - 1) * k * k
+    # d >= s + 1: fewer crashes the first verify (eagle_worker_common._compact_accept_to_front)
+    return tree_ok and paged_ok and s + 1 <= d <= 1 + k + (s - 1) * k * k
 
 
 def test_conflict_only_when_no_completion_exists():

@@ -116,6 +116,11 @@ def _problems(s: int, k: int, d: int, blockers: dict[str, str]) -> list[str]:
     found = list(blockers)
     if d < 2:
         found.append(f"a tree ({TOPK} {k}) with {DRAFT} {d} verifies no draft token at all")
+    elif d < s + 1:  # eagle_worker_common._compact_accept_to_front: [bs, steps+1] into [bs, d]
+        found.append(
+            f"a {s}-step tree keeps accepted paths of up to {s + 1} tokens in {d} slots: SGLang "
+            f"0.5.23 needs {DRAFT} >= {STEPS} + 1 = {s + 1} (fewer crashes its first verify)"
+        )
     elif d > max_draft_tokens(s, k):
         found.append(
             f"{s} steps of topk {k} propose at most {max_draft_tokens(s, k) - 1} tokens, so at "
@@ -131,6 +136,8 @@ def _fill(user: SpecFlags, k: int, auto: tuple[int, int, int], arch: str):
     if s is None:
         if k == 1 and d is not None and d >= 2:
             s, why["num_steps"] = d - 1, f"a chain of {d} draft tokens is the root + {d - 1} steps"
+        elif k > 1 and d is not None and 2 <= d < auto[0] + 1:
+            s, why["num_steps"] = d - 1, f"a topk-{k} tree of {d} draft tokens runs {d - 1} steps"
         elif k > 1 and d is not None and d > max_draft_tokens(auto[0], k):
             s = next(n for n in range(1, d) if max_draft_tokens(n, k) >= d)
             why["num_steps"] = f"the fewest steps whose topk-{k} tree can hold {d} draft tokens"
@@ -152,18 +159,20 @@ def _ways_out(s: int, k: int, d: int, blockers: dict[str, str]) -> list[str]:
     ways = []
     if k == 1 and d >= 2:
         ways.append(f"{STEPS} {d - 1} (a chain of {d} tokens)")
-    if k > 1 and not blockers and d >= 2:
-        n = next(n for n in range(1, d + 1) if max_draft_tokens(n, k) >= d)
-        ways.append(f"{STEPS} {n} or more (a topk-{k} tree that holds {d} draft tokens)")
+    if k > 1 and not blockers and d >= 2:  # a tree of d tokens: fewest steps that hold d .. d-1
+        low = next(n for n in range(1, d + 1) if max_draft_tokens(n, k) >= d)
+        if low <= d - 1:
+            span = f"{low}" if low == d - 1 else f"{low} to {d - 1}"
+            ways.append(f"{STEPS} {span} (a topk-{k} tree that holds {d} draft tokens)")
     if d == s + 1 and k != 1:
         ways.append(f"{TOPK} 1 (a chain)")
-    if not blockers and d >= 2:
+    if not blockers and d >= s + 1:
         m = next(m for m in range(2, d + 1) if max_draft_tokens(s, m) >= d)
         ways.append(f"{TOPK} {m} or more (a {s}-step tree of {d} draft tokens)")
     if k == 1 or blockers:
         ways.append(f"{DRAFT} {s + 1}" + ("" if k == 1 else f" with {TOPK} 1 (a chain)"))
     else:
-        ways.append(f"{DRAFT} between 2 and {max_draft_tokens(s, k)}")
+        ways.append(f"{DRAFT} between {s + 1} and {max_draft_tokens(s, k)}")
     if blockers and d >= 2:
         ways.append(f"a tree ({TOPK} > 1) after: {', '.join(blockers.values())}")
     return list(dict.fromkeys(ways))

@@ -65,7 +65,8 @@ def grid(
             if k == 1:
                 drafts = [s + 1] if s + 1 <= max_draft else []
             else:
-                drafts = list(range(2, min(max_draft, max_draft_tokens(s, k)) + 1))
+                # a tree needs steps + 1 slots (launch/spec_flags.py: fewer crashes SGLang)
+                drafts = list(range(s + 1, min(max_draft, max_draft_tokens(s, k)) + 1))
             for d in drafts:
                 setting = Setting(s, k, d)
                 try:
