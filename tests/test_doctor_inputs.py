@@ -80,8 +80,8 @@ def test_bad_inputs_exit_2_with_one_clear_line(random_draft, tmp_path, capsys):
 
     tree = ["--draft", str(random_draft), "--data", str(ok), "--topk", "2", "--draft-tokens"]
     code, err = run_main([*tree, "12"], capsys)
-    assert code == 2 and err.count("\n") == 1 and "has 2 .. 11 draft tokens" in err
-    assert "Fix: give --draft-tokens from 2 to 11" in err
+    assert code == 2 and err.count("\n") == 1 and "has 4 .. 11 draft tokens" in err
+    assert "Fix: give --draft-tokens from 4 to 11" in err
     for flag in ("--steps", "--topk"):
         code, err = run_main(["--draft", str(random_draft), "--data", str(ok), flag, "0"], capsys)
         assert code == 2 and err.count("\n") == 1 and "at least 1 step and topk 1" in err, err

@@ -37,7 +37,8 @@ def test_walk_follows_chosen_children_of_the_accepted_node():
 
 @pytest.mark.parametrize(
     ("steps", "topk", "tokens", "said"),
-    [(3, 2, 12, "has 2 .. 11 draft tokens"), (3, 1, 1, "has 2 .. 4 draft tokens"),
+    [(3, 2, 12, "has 4 .. 11 draft tokens"), (3, 1, 1, "has 2 .. 4 draft tokens"),
+     (3, 2, 3, "has 4 .. 11 draft tokens"),
      (0, 2, 3, "at least 1 step and topk 1"), (3, 0, 3, "at least 1 step and topk 1")],
 )  # fmt: skip
 def test_impossible_tree_shapes_are_refused(steps, topk, tokens, said):

@@ -43,11 +43,14 @@ def check_tree(steps: int, topk: int, draft_tokens: int) -> None:
             "(both 1 or more)",
         )
     most = max_draft_tokens(steps, topk)
-    if not 2 <= draft_tokens <= most:
+    # a tree keeps steps + 1 accepted slots: fewer crashes SGLang (launch/spec_flags.py)
+    least = steps + 1 if topk > 1 else 2
+    if not least <= draft_tokens <= most:
         raise WiringError(
             f"--steps {steps} --topk {topk} --draft-tokens {draft_tokens}: a tree of "
-            f"{steps} steps and topk {topk} has 2 .. {most} draft tokens (root included)",
-            fix=f"give --draft-tokens from 2 to {most} (the server's "
+            f"{steps} steps and topk {topk} that SGLang 0.5.23 runs has {least} .. {most} draft "
+            "tokens (root included)",
+            fix=f"give --draft-tokens from {least} to {most} (the server's "
             "--speculative-num-draft-tokens)",
         )
 
