@@ -11,7 +11,7 @@
    table benchmarks/README.md quotes) and bench_tune.png (predicted against measured).
 
 Decode speed is per request: (tokens - 1) / (time after the first token), the median over a
-concurrency's requests, after one warm-up request per server.
+concurrency's 3 x c requests (c in flight), after one warm-up request per server.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from sglang_eagle3.bench.client import run_batch  # noqa: E402
 from sglang_eagle3.bench.prompts import BUILT_IN  # noqa: E402
 from sglang_eagle3.bench.servers import ServerSpec, live_server  # noqa: E402
 from sglang_eagle3.tune.grid import Setting, grid, parse_range  # noqa: E402
-from sglang_eagle3.tune.measure import plain_argv  # noqa: E402
+from sglang_eagle3.tune.measure import ROUNDS, plain_argv  # noqa: E402
 
 SEED = Setting(15, 1, 16)  # the seed's slow try: 15 steps, 16 draft tokens
 
@@ -39,7 +39,7 @@ SEED = Setting(15, 1, 16)  # the seed's slow try: 15 steps, 16 draft tokens
 def tok_s(url: str, c: int, max_new_tokens: int) -> float:
     params = {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}
     run_batch(url, list(BUILT_IN[:1]), params, 1)  # warm-up
-    batch = run_batch(url, [BUILT_IN[i % len(BUILT_IN)] for i in range(c)], params, c)
+    batch = run_batch(url, [BUILT_IN[i % len(BUILT_IN)] for i in range(ROUNDS * c)], params, c)
     if batch.errors:
         raise RuntimeError(batch.errors[0])
     speeds = []

@@ -18,6 +18,7 @@ from sglang_eagle3.launch.sglang_argv import drop_options
 from sglang_eagle3.tune.cost import Measured
 from sglang_eagle3.tune.grid import Setting
 
+ROUNDS = 3  # requests per concurrency slot; the median is taken over all of them
 TIMING = "request timing: streamed greedy requests (SGLang 0.5.23 exports no per-phase times)"
 
 
@@ -46,7 +47,8 @@ def measure_url(
         outputs.update({p: r.output_ids for p, r in zip(prompts, warm.results, strict=True)})
     out = []
     for c in concurrencies:
-        batch = run_batch(url, [prompts[i % len(prompts)] for i in range(c)], params, c)
+        # ROUNDS x c requests, c in flight: one request alone varied 2x between runs
+        batch = run_batch(url, [prompts[i % len(prompts)] for i in range(ROUNDS * c)], params, c)
         if batch.errors:
             raise WiringError(f"the server at {url} failed: {batch.errors[0]}",
                               fix="check its log")  # fmt: skip
