@@ -136,7 +136,8 @@ def compare(result, measured, settings, concurrency, tune_wall, grid_wall) -> di
     within = sum(abs(r["error"]) <= 0.15 for r in rows) / len(rows)
     return {"per_concurrency": per_c, "rows": rows, "within_15pct": round(within, 3),
             "tune_wall_s": round(tune_wall, 1), "grid_wall_s": round(grid_wall, 1),
-            "wall_ratio": round(tune_wall / grid_wall, 3), "model": result["model"]}  # fmt: skip
+            "wall_ratio": round(tune_wall / grid_wall, 3), "model": result["model"],
+            "accept_check": result.get("accept_check")}  # fmt: skip
 
 
 def markdown(r: dict) -> str:

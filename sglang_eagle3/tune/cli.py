@@ -117,6 +117,12 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     source = f"training data {args.data}" if args.data else "the target's own greedy continuations"
     result = build_result(model, profile, settings, explained, measured, concurrency,
                           timing=TIMING, acceptance_source=source)  # fmt: skip
+    result["accept_check"] = [  # the profile against what the measured servers served
+        {"setting": str(Setting(m.steps, m.topk, m.draft_tokens)), "concurrency": m.concurrency,
+         "profile": round(profile[Setting(m.steps, m.topk, m.draft_tokens)], 3),
+         "served": round(m.accept_length, 3)}
+        for m in measured if m.steps and Setting(m.steps, m.topk, m.draft_tokens) in profile
+    ]  # fmt: skip
     plain = outputs.pop("plain")
     result["lossless"] = {name: got == plain for name, got in outputs.items()}
     result["plain_outputs"] = plain

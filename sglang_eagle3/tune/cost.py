@@ -1,15 +1,18 @@
 """The cost of a speculative cycle, fitted to a few measured servers (pure: no torch, no numpy).
 
-Per decode cycle at concurrency c (SGLang 0.5.23's EAGLE worker: the draft extend runs the
-drafter once on the verified tokens, then steps - 1 more draft forwards on c * topk beams, then
-one target forward verifies c * draft_tokens tokens):
+Per decode cycle at concurrency c (SGLang 0.5.23's EAGLE worker: one target forward verifies
+c * draft_tokens tokens, the draft extend runs the drafter once on them, then steps - 1 draft
+decode forwards run on c * topk beams):
 
-    cycle(s, k, n, c) = T0 + T1 * c * n  +  D0 * s + D1 * c * (n + (s - 1) * k)
+    cycle(s, k, n, c) = T0 + P1 * c * n  +  D1 * c * n  +  (s - 1) * (D0 + D1 * c * k)
     plain(c)          = P0 + P1 * c
 
-T1 = P1 (the target's cost per token, from the plain server); T0, D0 and D1 are fitted,
-non-negative, to the cycle times of the speculative servers. Predicted decode speed per
-request: accept_length / cycle (tokens per second); plain: 1 / plain(c).
+P1, the target's cost per token, comes from the plain server. T0 (every fixed cost a cycle has
+whatever its steps: the target's, the extend's, the scheduler's), D0 (a draft decode step's
+fixed cost) and D1 (the drafter's cost per token) are fitted, non-negative, to the cycle times
+of two speculative servers with different step counts: a cycle's fixed part is then known at
+two step counts, which is what separates T0 from D0. Predicted decode speed per request:
+accept_length / cycle (tokens per second); plain: 1 / plain(c).
 """
 
 from __future__ import annotations
@@ -34,18 +37,19 @@ class Measured:
 class CostModel:
     p0: float  # plain: seconds per decode step, fixed part
     p1: float  # plain: seconds per token in the batch (also the verify's per-token cost)
-    t0: float  # a speculative cycle's fixed part, target side and overhead
-    d0: float  # seconds per draft forward, fixed part
+    t0: float  # a speculative cycle's fixed part whatever its steps (target, extend, overhead)
+    d0: float  # seconds per draft decode step, fixed part
     d1: float  # seconds per token the drafter processes
 
     def plain(self, c: int) -> float:
         return self.p0 + self.p1 * c
 
     def parts(self, s: int, k: int, n: int, c: int) -> dict[str, float]:
-        """Seconds per cycle by part: verify, draft extend, draft steps, rest."""
+        """Seconds per cycle by part: verify and draft extend (their per-token costs), draft
+        steps, and the fixed rest (the target's, the extend's and the scheduler's)."""
         return {
             "verify": self.p1 * c * n,
-            "draft_extend": self.d0 + self.d1 * c * n,
+            "draft_extend": self.d1 * c * n,
             "draft_steps": (s - 1) * (self.d0 + self.d1 * c * k),
             "rest": self.t0,
         }
@@ -109,7 +113,7 @@ def fit(measured: list[Measured]) -> CostModel:
     rows, ys = [], []
     for m in spec:
         c, s, k, n = m.concurrency, m.steps, m.topk, m.draft_tokens
-        rows.append([1.0, float(s), c * (n + (s - 1) * k)])
+        rows.append([1.0, float(s - 1), c * (n + (s - 1) * k)])
         ys.append(m.seconds - p1 * c * n)
     t0, d0, d1 = _nnls(rows, ys)
     return CostModel(p0, p1, t0, d0, d1)

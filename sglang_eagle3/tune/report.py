@@ -96,6 +96,9 @@ def render(result: dict) -> str:
     for name, same in result.get("lossless", {}).items():
         lines.append(f"lossless: {name} greedy output {'equals' if same else 'DIFFERS FROM'} "
                      "plain's on every prompt")  # fmt: skip
+    for a in result.get("accept_check", []):
+        lines.append(f"accept length of {a['setting']} at {a['concurrency']}: profile "
+                     f"{a['profile']}, served {a['served']}")  # fmt: skip
     lines.append("")
     for c in result["concurrency"]:
         row = result["per_concurrency"][str(c)]
