@@ -16,7 +16,7 @@ from sglang_eagle3.tune.cost import CostModel, Measured, break_even, fit
 from sglang_eagle3.tune.grid import Setting, grid, parse_range
 from sglang_eagle3.tune.report import adaptive_config, predict, verdict
 
-TRUE = CostModel(p0=0.010, p1=0.002, t0=0.004, d0=0.003, d1=0.0005)
+TRUE = CostModel(p0=0.010, p1=0.002, v1=0.0004, t0=0.004, d0=0.003, d1=0.0005)
 
 
 def _points(model: CostModel) -> list[Measured]:

@@ -106,10 +106,12 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     profile = acceptance_profile(opts, sorted(set(settings) | set(explained)))
     model_path = plan.target.path
     launch_args = list(rest)
+    # more points than asked for: a cycle's cost against batch size needs a few of them
+    fitted = sorted(set(concurrency) | {c for c in (1, 2, 4) if c <= max(concurrency)})
     outputs: dict[str, dict[str, list[int]]] = {}
     measured = measure_launched(
         model_path, launch_args, [None, *_measured_settings(settings)], args.log_dir,
-        lambda url, s, out: measure_url(url, s, _prompts(), concurrency, args.max_new_tokens,
+        lambda url, s, out: measure_url(url, s, _prompts(), fitted, args.max_new_tokens,
                                         out),
         outputs,
     )  # fmt: skip

@@ -4,15 +4,19 @@ Per decode cycle at concurrency c (SGLang 0.5.23's EAGLE worker: one target forw
 c * draft_tokens tokens, the draft extend runs the drafter once on them, then steps - 1 draft
 decode forwards run on c * topk beams):
 
-    cycle(s, k, n, c) = T0 + P1 * c * n  +  D1 * c * n  +  (s - 1) * (D0 + D1 * c * k)
+    cycle(s, k, n, c) = plain(c) + V1 * c * (n - 1)       the verify: a decode step, and the
+                                                          n - 1 more tokens per request
+                      + T0 + D1 * c * n                   the extend, and fixed extra costs
+                      + (s - 1) * (D0 + D1 * c * k)       the draft decode steps
     plain(c)          = P0 + P1 * c
 
-P1, the target's cost per token, comes from the plain server. T0 (every fixed cost a cycle has
-whatever its steps: the target's, the extend's, the scheduler's), D0 (a draft decode step's
-fixed cost) and D1 (the drafter's cost per token) are fitted, non-negative, to the cycle times
-of two speculative servers with different step counts: a cycle's fixed part is then known at
-two step counts, which is what separates T0 from D0. Predicted decode speed per request:
-accept_length / cycle (tokens per second); plain: 1 / plain(c).
+P0 and P1 come from the plain server. A verify is priced as a decode step plus a marginal cost
+per extra token (V1), not as n decode steps: where decoding is memory-bound, verifying a few
+more tokens costs far less than decoding them (the first bench_tune run, which priced them as
+plain tokens, drove every other cost to zero). T0, V1, D0 and D1 are fitted, non-negative, to
+the cycle times of two speculative servers with different step counts and widths, each at
+several concurrencies. Predicted decode speed per request: accept_length / cycle (tokens per
+second); plain: 1 / plain(c).
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ class Measured:
 @dataclass(frozen=True)
 class CostModel:
     p0: float  # plain: seconds per decode step, fixed part
-    p1: float  # plain: seconds per token in the batch (also the verify's per-token cost)
+    p1: float  # plain: seconds per request in the batch
+    v1: float  # verify: seconds per extra token per request beyond a decode step's one
     t0: float  # a speculative cycle's fixed part whatever its steps (target, extend, overhead)
     d0: float  # seconds per draft decode step, fixed part
     d1: float  # seconds per token the drafter processes
@@ -48,7 +53,7 @@ class CostModel:
         """Seconds per cycle by part: verify and draft extend (their per-token costs), draft
         steps, and the fixed rest (the target's, the extend's and the scheduler's)."""
         return {
-            "verify": self.p1 * c * n,
+            "verify": self.plain(c) + self.v1 * c * (n - 1),
             "draft_extend": self.d1 * c * n,
             "draft_steps": (s - 1) * (self.d0 + self.d1 * c * k),
             "rest": self.t0,
@@ -113,10 +118,10 @@ def fit(measured: list[Measured]) -> CostModel:
     rows, ys = [], []
     for m in spec:
         c, s, k, n = m.concurrency, m.steps, m.topk, m.draft_tokens
-        rows.append([1.0, float(s - 1), c * (n + (s - 1) * k)])
-        ys.append(m.seconds - p1 * c * n)
-    t0, d0, d1 = _nnls(rows, ys)
-    return CostModel(p0, p1, t0, d0, d1)
+        rows.append([1.0, float(c * (n - 1)), float(s - 1), c * (n + (s - 1) * k)])
+        ys.append(m.seconds - (p0 + p1 * c))
+    t0, v1, d0, d1 = _nnls(rows, ys)
+    return CostModel(p0, p1, v1, t0, d0, d1)
 
 
 def break_even(model: CostModel, s: int, k: int, n: int, c: int) -> float:

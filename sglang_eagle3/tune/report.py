@@ -43,7 +43,7 @@ def explain(model: CostModel, p: Prediction) -> dict:
     parts = model.parts(s.steps, s.topk, s.draft_tokens, c)
     cycle = sum(parts.values())
     need = break_even(model, s.steps, s.topk, s.draft_tokens, c)
-    verify = (parts["verify"] + parts["rest"]) / model.plain(c)
+    verify = parts["verify"] / model.plain(c)
     return {"setting": str(s), "concurrency": c, "cycle_s": cycle,
             "shares": {k: round(v / cycle, 3) for k, v in parts.items()},
             "verify_vs_plain_step": round(verify, 2), "break_even_accept_length": round(need, 2),
