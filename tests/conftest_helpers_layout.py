@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +148,15 @@ def build_speculators_draft(
     )
     Eagle3DraftModel(config).save_pretrained(str(directory))
     return directory
+
+
+def run_main(module: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``module``'s ``main(args)`` in a fresh interpreter; stderr ends with SGLANG_IMPORTED when
+    it imported SGLang (validation must not)."""
+    code = (
+        f"import sys; from {module} import main; rc = main(sys.argv[1:]); "
+        "print('SGLANG_IMPORTED' if 'sglang' in sys.modules else '', file=sys.stderr); "
+        "sys.exit(rc)"
+    )
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip

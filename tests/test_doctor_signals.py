@@ -45,6 +45,10 @@ def _server_log(tmp: Path) -> Path | None:
     return logs[0] if logs else None
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(
     "sig,when",
     [(signal.SIGTERM, "start"), (signal.SIGINT, "start"), (signal.SIGTERM, "scoring"),
@@ -56,8 +60,10 @@ def test_a_stopped_doctor_leaves_no_server_behind(drafter, tmp_path, sig, when, 
     cmd = [sys.executable, "-m", "sglang_eagle3.doctor", "--draft", str(drafter.draft_dir),
            "--target", str(drafter.target_dir), "--engine", "sglang", "--max-new-tokens", "16",
            "--no-progress"]  # fmt: skip
+    # SIGINT as at a terminal: a suite started in the background (`cmd &`) hands its children
+    # SIGINT ignored, and the doctor rightly keeps an ignored signal ignored
     doctor = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=env)  # fmt: skip
+                              env=env, preexec_fn=_default_sigint)  # fmt: skip
     me, seen, port = psutil.Process(doctor.pid), set(), None
     try:
         deadline = time.monotonic() + 300

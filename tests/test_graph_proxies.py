@@ -258,17 +258,15 @@ def test_stub_schemas_take_the_arguments_sglangs_fakes_take():
             assert (names[: len(params)] if varargs else names) == params, name
 
 
-def test_drafter_first_layer_compiles_fullgraph_and_equals_eager(probe, figures):
-    result = probe["layer"]
+@pytest.mark.parametrize(
+    "part,label",
+    [
+        ("layer", "eagle3_layer_forward (norm_before_residual) fullgraph vs eager, fp32"),
+        ("fc", "install_fused_fc fc block (CPU fallback) fullgraph vs eager, fp32"),
+    ],
+)
+def test_drafter_layer_and_fc_block_compile_fullgraph_and_equal_eager(probe, figures, part, label):
+    result = probe[part]
     assert "error" not in result, result.get("error")
-    figures.record("eagle3_layer_forward (norm_before_residual) fullgraph vs eager, fp32",
-                   result["max_diff"])  # fmt: skip
-    assert result["max_diff"] < 1e-5
-
-
-def test_patched_fc_block_compiles_fullgraph_and_equals_eager(probe, figures):
-    result = probe["fc"]
-    assert "error" not in result, result.get("error")
-    figures.record("install_fused_fc fc block (CPU fallback) fullgraph vs eager, fp32",
-                   result["max_diff"])  # fmt: skip
+    figures.record(label, result["max_diff"])
     assert result["max_diff"] < 1e-5

@@ -15,6 +15,7 @@ from conftest_helpers_layout import (
     build_speculators_draft,
     flat_config,
     make_flat_draft,
+    run_main,
     write_json,
 )
 
@@ -35,13 +36,7 @@ def kimi_k25_target(directory: Path) -> Path:
 
 
 def run_launch(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    code = (
-        "import sys; from sglang_eagle3.launch.cli import main; rc = main(sys.argv[1:]); "
-        "print('SGLANG_IMPORTED' if 'sglang' in sys.modules else '', file=sys.stderr); "
-        "sys.exit(rc)"
-    )
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    return run_main("sglang_eagle3.launch.cli", args, cwd)
 
 
 def normalized(text: str, tmp: Path) -> str:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest_helpers_layout import flat_config, make_flat_draft, write_json
+from conftest_helpers_layout import flat_config, make_flat_draft, run_main, write_json
 
 from sglang_eagle3.tune.cost import CostModel, Measured, break_even, fit
 from sglang_eagle3.tune.grid import Setting, grid, parse_range
@@ -65,13 +65,7 @@ def test_the_grid_follows_sglangs_rules():
 
 
 def _tune(args: list[str], cwd) -> subprocess.CompletedProcess:
-    code = (
-        "import sys; from sglang_eagle3.tune.cli import main; rc = main(sys.argv[1:]); "
-        "print('SGLANG_IMPORTED' if 'sglang' in sys.modules else '', file=sys.stderr); "
-        "sys.exit(rc)"
-    )
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    return run_main("sglang_eagle3.tune.cli", args, cwd)
 
 
 @pytest.mark.parametrize(
@@ -133,7 +127,7 @@ def test_a_real_tune_then_its_pick_and_adaptive_config_serve_losslessly(
     adaptive = tmp_path / "adaptive.json"
     out = subprocess.run(
         [sys.executable, "-m", "sglang_eagle3.tune", *spec, "--concurrency", "1,2", "--steps",
-         "1-3", "--topk", "1", "--max-tokens", "256", "--max-new-tokens", "24", "--explain",
+         "1-3", "--topk", "1", "--max-tokens", "128", "--max-new-tokens", "16", "--explain",
          "15,1,16", "--json", "--adaptive-config", str(adaptive), "--log-dir",
          str(tmp_path / "logs")],
         capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
@@ -163,6 +157,6 @@ def test_a_real_tune_then_its_pick_and_adaptive_config_serve_losslessly(
     )  # fmt: skip
     for prompt, want in result["plain_outputs"].items():
         got = srv.post("/generate", {"text": prompt, "sampling_params": {
-            "max_new_tokens": 24, "temperature": 0, "ignore_eos": True}})  # fmt: skip
+            "max_new_tokens": 16, "temperature": 0, "ignore_eos": True}})  # fmt: skip
         assert got["output_ids"] == want, prompt
         assert got["meta_info"]["spec_verify_ct"] > 0
