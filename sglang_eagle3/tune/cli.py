@@ -90,17 +90,18 @@ def _measured_settings(settings: list[Setting]) -> list[Setting]:
 
 
 def run(args: argparse.Namespace, rest: list[str]) -> dict:
+    concurrency = parse_range(args.concurrency, "--concurrency")
+    plan, sglang = _plan(rest)
+    settings = grid(parse_range(args.steps, "--steps"), parse_range(args.topk, "--topk"),
+                    args.max_draft_tokens, sglang, plan.target.architecture)  # fmt: skip
+    explained = [_setting(e) for e in args.explain]
+    # torch and the doctor only once the input is known good: a refusal costs no import
     from sglang_eagle3.doctor.options import DoctorOptions
     from sglang_eagle3.tune.cost import fit
     from sglang_eagle3.tune.measure import TIMING, measure_launched, measure_url
     from sglang_eagle3.tune.profile import acceptance_profile
     from sglang_eagle3.tune.report import build_result
 
-    concurrency = parse_range(args.concurrency, "--concurrency")
-    plan, sglang = _plan(rest)
-    settings = grid(parse_range(args.steps, "--steps"), parse_range(args.topk, "--topk"),
-                    args.max_draft_tokens, sglang, plan.target.architecture)  # fmt: skip
-    explained = [_setting(e) for e in args.explain]
     opts = DoctorOptions(plan.draft_src, data=args.data, target=plan.target.path,
                          max_tokens=args.max_tokens, engine=args.engine)  # fmt: skip
     profile = acceptance_profile(opts, sorted(set(settings) | set(explained)))
