@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up .venv (idempotent), lint, and run the tests. `.ci/run` calls exactly this: everything.
-#   bash scripts/test.sh           ruff + every test, two workers (27 min on 2 cores, 2026-12-02)
+#   bash scripts/test.sh           ruff + every test, two workers (32 min on 2 cores, 2026-12-02)
 #   bash scripts/test.sh --fast    ruff + the fast tier: tests not marked sglang or slow (pure
-#                                  logic and small torch tests; starts no SGLang; < 2 min)
+#                                  logic and small torch tests; starts no SGLang; two workers,
+#                                  1 min 36 s)
 # Other arguments pass to pytest (a later -m replaces the fast tier's).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -17,7 +18,7 @@ bash scripts/setup_env.sh 2>&1 | grep -v "is ignored: it is neither" || exit 1
 .venv/bin/ruff check . || exit 1
 .venv/bin/ruff format --check . || exit 1
 if [[ $fast -eq 1 ]]; then
-  .venv/bin/python -m pytest -m "not sglang and not slow" ${args[@]+"${args[@]}"}
+  .venv/bin/python -m pytest -n 2 -m "not sglang and not slow" ${args[@]+"${args[@]}"}
 else
   # Two workers, a test file (or a group sharing a session fixture) a unit of work
   # (tests/conftest_servers.py). Every full run prints its 25 slowest tests and seconds per
