@@ -141,9 +141,15 @@ def test_a_real_tune_then_its_pick_and_adaptive_config_serve_losslessly(
         assert row["verdict"].startswith(f"at {c} concurrent request(s)")
         assert len(row["top"]) == 3 and row["top"][0] == row["best"]
         assert abs(sum(row["why"]["shares"].values()) - 1) < 0.01
+    # the seed's setting is explained at every concurrency, outside the narrowed grid too;
+    # whether it is slower than the pick is a benchmark's finding (bench_tune), not a law: on a
+    # grid of steps 1-3 the tiny drafter may well be predicted faster at 15 steps
     seed = [e for e in result["explained"] if e["setting"] == str(Setting(15, 1, 16))]
-    best = result["per_concurrency"]["1"]["best"]
-    assert seed and seed[0]["tok_s"] < best["tok_s"]  # the seed's setting: predicted slower
+    assert [e["concurrency"] for e in seed] == [1, 2]
+    for e in seed:
+        assert e["tok_s"] == pytest.approx(e["accept_length"] / e["cycle_s"], rel=0.01)
+        assert abs(sum(e["shares"].values()) - 1) < 0.01
+        assert e["pays"] == (e["accept_length"] > e["break_even_accept_length"])
     # the pick, with SGLang's adaptive mode on the config the tuner wrote
     flags = result["per_concurrency"]["1"]["flags"].split()
     if flags[0] != "no":
