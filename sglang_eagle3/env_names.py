@@ -13,6 +13,7 @@ PORT_SLICE = "SGLANG_EAGLE3_PORT_SLICE"  # "i/n": servers started here take part
 TINY_EMBEDDED = "SGLANG_EAGLE3_TINY_EMBEDDED"  # "0": train the tiny models, never the shipped copy
 CPU_FORK = "SGLANG_EAGLE3_CPU_FORK"  # "1": on the CPU harness at one thread, fork SGLang's children
 ACCEPT_WATCH = "SGLANG_EAGLE3_ACCEPT_WATCH"  # JSON: expected accept length, fraction, window
+CAPTURE_DIR = "SGLANG_EAGLE3_CAPTURE_DIR"  # a folder: capture requests' taps go to files there
 RECORD_TAPS = "SGLANG_EAGLE3_RECORD_TAPS"  # a folder: the CPU harness saves every captured tap
 
 # SGLang's.

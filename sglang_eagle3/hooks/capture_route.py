@@ -54,6 +54,8 @@ def capture_report(server_args: Any, env: Mapping[str, str], sglang_version: str
         "hidden_size": target.hidden_size,
         "family": family.name if family else None,
         "source": None,
+        # where capture requests' files go (hooks/capture_file.py); None: hidden states as JSON
+        "capture_dir": env.get(env_names.CAPTURE_DIR) or None,
     }
     # the capture hook only acts where SGLang switches EAGLE-3 capture on: capture-only
     # mode names it with this flag, and so does EAGLE-3 speculation
@@ -75,6 +77,9 @@ def capture_report(server_args: Any, env: Mapping[str, str], sglang_version: str
                  two_batch_overlap=bool(getattr(server_args, "enable_two_batch_overlap", False)),
                  pipeline_stages=int(getattr(server_args, "pp_size", 1) or 1))  # fmt: skip
     out["layout"], out["capture_order"] = list(plan.taps), capture_order(plan)
+    if out["capture_dir"] and capture_only:  # hooks/capture_file.py adds the verifier block
+        out["verifier"] = f"layer:{target.num_layers - 1}"
+        out["capture_order"].append(out["verifier"])
     return out
 
 

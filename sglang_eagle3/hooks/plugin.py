@@ -17,7 +17,7 @@ import os
 import sys
 from importlib import metadata
 
-from sglang_eagle3 import SGLANG_VERSION
+from sglang_eagle3 import SGLANG_VERSION, env_names
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.hooks.plan import declared_layout
 from sglang_eagle3.log import get_logger
@@ -97,6 +97,10 @@ def _apply_hooks(declared: str | None) -> None:
 
     if accept_watch_hooks.wanted(sys.argv):
         hooks += accept_watch_hooks.HOOKS
+    if os.environ.get(env_names.CAPTURE_DIR):  # capture to files: the scheduler writes them
+        from sglang_eagle3.hooks.capture_file import HOOKS as FILE_HOOKS
+
+        hooks += FILE_HOOKS
     # The HTTP server and the request checks run in SGLang's main process only; the
     # schedulers and the detokenizer (spawned children) would import the HTTP stack for nothing.
     if multiprocessing.parent_process() is None:
