@@ -220,6 +220,13 @@ def capture(args: argparse.Namespace, rest: list[str], fc: tuple[Tap, ...]) -> s
     """Run the capture; a one-line summary."""
     from sglang_eagle3.checkpoint.target_config import read_target_config
 
+    # the cheap refusals first: no server asked, no tokenizer loaded
+    if args.out.exists() and any(args.out.iterdir()) and not args.resume:
+        Store.refuse_used(args.out)
+    if not args.data.is_file():
+        raise WiringError("--data is not a file", path=str(args.data), fix="give a JSONL file")
+    for _ in read_lines(args.data):  # every line checked before anything starts
+        pass
     if args.server:
         if rest:
             raise WiringError(f"launcher arguments {' '.join(rest)} with --server: the servers "
@@ -242,8 +249,6 @@ def capture(args: argparse.Namespace, rest: list[str], fc: tuple[Tap, ...]) -> s
             from sglang_eagle3.doctor.server_capture import ServerClient
 
             model = ServerClient(model, timeout=30).get("/model_info").get("tokenizer_path")
-    if not args.data.is_file():
-        raise WiringError("--data is not a file", path=str(args.data), fix="give a JSONL file")
     ids, masks, _ = _index(args, load_tokenizer(args.tokenizer or str(model)))
     run = {"data": str(args.data.resolve()), "data_sha256": file_sha256(args.data),
            "stored_taps": [str(t) for t in stored], "samples": len(ids),

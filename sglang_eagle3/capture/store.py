@@ -49,9 +49,7 @@ class Store:
         run_file = out / STATE_DIR / "run.json"
         used = out.exists() and any(out.iterdir())
         if used and not resume:
-            raise WiringError("the output directory is not empty", path=str(out),
-                              fix="give a new --out, or --resume to continue the run that "
-                              "wrote it")  # fmt: skip
+            self.refuse_used(out)
         if used:
             try:
                 before = json.loads(run_file.read_text(encoding="utf-8"))
@@ -71,6 +69,12 @@ class Store:
             tmp = run_file.with_suffix(".tmp")
             tmp.write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
             os.replace(tmp, run_file)
+
+    @staticmethod
+    def refuse_used(out: Path) -> None:
+        raise WiringError("the output directory is not empty", path=str(out),
+                          fix="give a new --out, or --resume to continue the run that wrote "
+                          "it")  # fmt: skip
 
     def rid(self, sid: int) -> str:
         return f"{RID_PREFIX}{self.run_id}-{sid}"

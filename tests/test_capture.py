@@ -1,0 +1,209 @@
+"""`python -m sglang_eagle3.capture` against real CPU SGLang: the taps it writes equal HF's, the
+data reads in speculators' own dataset class, a killed run resumes to the same data, and bad
+input is refused with exit 2 and nothing written.
+
+One capture server (files mode, taps layer:5,embed,layer:2 + the verifier layer:7) serves the
+module; the launch mode runs once, in the refusals (it refuses before starting anything).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from sglang_eagle3 import env_names
+from sglang_eagle3.data.manifest import read_manifest
+from sglang_eagle3.testing.tiny.drafter import tiny_drafter
+
+pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+
+FC = "layer:5,embed,layer:2"  # not ascending, embed included
+HF_INDEX = [6, 0, 3]  # hs[k] = HF output_hidden_states[k]: layer:5 = hs[6], embed = hs[0]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def capture(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sglang_eagle3.capture", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, env=ENV)  # fmt: skip
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def corpus_rows(n: int, chars: int = 240) -> list[dict]:
+    from sglang_eagle3.testing.tiny.corpus import iter_texts, stdlib_files
+
+    text = "".join(t for _, t in zip(range(8), iter_texts(stdlib_files("heldout")), strict=False))
+    return [{"text": text[i * chars : (i + 1) * chars]} for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def target() -> Path:
+    return tiny_drafter().target_dir
+
+
+@pytest.fixture(scope="module")
+def files_server(module_server_factory, target, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("capture-files")
+    return module_server_factory(
+        target, ["--cpu", "--dtype", "float32", "--enable-return-aux-hidden-states",
+                 "--hidden-state-layout", FC, "--disable-radix-cache"],
+        name="capture-files", module="sglang_eagle3.launch",
+        env={env_names.CAPTURE_DIR: str(folder)},
+    )  # fmt: skip
+
+
+def hf_taps(target: Path, ids: torch.Tensor) -> torch.Tensor:
+    """[seq, 4, hidden]: HF's hidden states at the fc taps, then the last layer's output taken
+    before the final norm (HF's own last hidden state is after it)."""
+    from sglang_eagle3.doctor.target import load_hf, target_config
+
+    model = load_hf(target, target_config(target))
+    pre = []
+    hook = model.model.norm.register_forward_hook(lambda m, i, o: pre.append(i[0]))
+    with torch.no_grad():
+        hs = model(ids[None], output_hidden_states=True).hidden_states
+    hook.remove()
+    return torch.stack([*(hs[k][0] for k in HF_INDEX), pre[0][0]], 1)
+
+
+def test_captured_taps_equal_hf_and_speculators_reads_the_data(
+    files_server, target, tmp_path, figures
+):
+    from safetensors.torch import load_file
+    from speculators.train.data import ArrowDataset
+    from transformers import AutoTokenizer
+
+    rows = [
+        {"messages": [{"role": "user", "content": "def add(a, b):"},
+                      {"role": "assistant", "content": "return a + b"}]},
+        {"text": "import os\nimport sys\n"},
+        {"messages": [{"role": "system", "content": "Python only."},
+                      {"role": "user", "content": "a loop"},
+                      {"role": "assistant", "content": "for i in range(3):"},
+                      {"role": "user", "content": "and print"},
+                      {"role": "assistant", "content": "    print(i)"}]},
+    ]  # fmt: skip
+    data = write_jsonl(tmp_path / "data.jsonl", rows)
+    out = tmp_path / "out"
+    got = capture("--data", data, "--out", out, "--hidden-state-layout", FC,
+                  "--server", files_server.url, "--no-progress")  # fmt: skip
+    assert got.returncode == 0, got.stderr[-3000:]
+    worst = 0.0
+    for i in range(len(rows)):
+        f = load_file(str(out / "hidden_states" / f"hs_{i}.safetensors"))
+        want = hf_taps(target, f["token_ids"])
+        assert f["hidden_states"].shape == want.shape
+        worst = max(worst, (f["hidden_states"] - want).abs().max().item())
+    # the right taps agree to fp32 noise; a tap one layer off differs by ~0.05 (test_family_capture)
+    assert worst < 1e-4
+    figures.record("capture: max |diff| file taps (fc + pre-norm verifier) vs HF", f"{worst:.1e}")
+    m = read_manifest(out)
+    assert (m.fc_taps, m.verifier, m.samples) == (tuple(FC.split(",")), "layer:7", 3)
+    assert m.target.architecture == "DeepseekV3ForCausalLM" and m.dtype == "float32"
+    # speculators' own reader: fc input, verifier and the loss masks
+    ds = ArrowDataset(4096, str(out), on_missing="raise", hidden_states_dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(str(target))
+    for i, row in enumerate(rows):
+        item = ds._get_raw_data(i)
+        f = load_file(str(out / "hidden_states" / f"hs_{i}.safetensors"))
+        assert torch.equal(item["hidden_states"], f["hidden_states"][:, :-1].flatten(1))
+        assert torch.equal(item["verifier_last_hidden_states"], f["hidden_states"][:, -1])
+        masked = tok.decode(item["input_ids"][item["loss_mask"].bool()])
+        if "text" in row:
+            assert bool(item["loss_mask"].all())
+        else:  # the assistant turns, and nothing the user said
+            said = [m["content"] for m in row["messages"] if m["role"] != "assistant"]
+            for m in row["messages"]:
+                if m["role"] == "assistant":
+                    assert m["content"].strip() in masked
+            assert not any(s in masked for s in said), masked
+    # a request without the capture rid still gets stock JSON rows: 3 taps + the verifier
+    plain = files_server.post("/generate", {"text": "x = 1", "return_hidden_states": True,
+                                            "sampling_params": {"max_new_tokens": 1}})  # fmt: skip
+    assert len(plain["meta_info"]["hidden_states"][0][0]) == 4 * 128
+
+
+def test_a_killed_capture_resumes_to_the_same_data(files_server, tmp_path):
+    from safetensors.torch import load_file
+
+    from sglang_eagle3.data.arrow import read_rows
+
+    data = write_jsonl(tmp_path / "data.jsonl", corpus_rows(48))
+    common = ["--data", data, "--hidden-state-layout", FC, "--server", files_server.url,
+              "--concurrency", "1", "--no-progress"]  # fmt: skip
+    whole = capture(*common, "--out", tmp_path / "whole")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "sglang_eagle3.capture", *map(str, common),
+                             "--out", str(out)], env=ENV, stderr=subprocess.PIPE)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while len(list((out / "hidden_states").glob("hs_*"))) < 6 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    before = len(list((out / "hidden_states").glob("hs_*")))
+    assert 6 <= before < 48 and not (out / "state.json").exists()
+    again = capture(*common, "--out", out)  # no --resume: refused, nothing touched
+    assert again.returncode == 2 and "--resume" in again.stderr
+    resumed = capture(*common, "--out", out, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "already in" in resumed.stdout
+    names = sorted(p.name for p in (out / "hidden_states").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "whole" / "hidden_states").iterdir())
+    assert len(names) == 48
+    for name in names:
+        a = load_file(str(tmp_path / "whole" / "hidden_states" / name))
+        b = load_file(str(out / "hidden_states" / name))
+        assert torch.equal(a["token_ids"], b["token_ids"])
+        assert a["hidden_states"].shape == b["hidden_states"].shape
+        assert (a["hidden_states"] - b["hidden_states"]).abs().max() < 1e-4
+    rows_a = [(i.tolist(), m.tolist()) for _, i, m in read_rows(tmp_path / "whole")]
+    assert rows_a == [(i.tolist(), m.tolist()) for _, i, m in read_rows(out)]
+    assert read_manifest(out) == read_manifest(tmp_path / "whole")
+    assert not list((out / ".capture").glob("incoming/*"))
+
+
+def test_bad_input_is_one_message_and_exit_2_with_nothing_written(
+    files_server, plain_tiny_server, target, tmp_path
+):
+    good = write_jsonl(tmp_path / "good.jsonl", corpus_rows(2))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\n\n{"messages": [{"role": "user"}]}\n', encoding="utf-8")
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "keep.txt").write_text("mine")
+    srv = ["--server", files_server.url]
+    cases = {
+        "cannot capture": (["--data", good, "--hidden-state-layout", "layer:12,embed",
+                            "--model-path", target, "--cpu"], "layer:12"),
+        "line number": (["--data", bad, "--hidden-state-layout", FC, *srv], "line 3"),
+        "not empty": (["--data", good, "--hidden-state-layout", FC, *srv], "not empty"),
+        "not capture mode": (["--data", good, "--hidden-state-layout", FC, "--server",
+                              plain_tiny_server.url], "capture"),
+        "other taps": (["--data", good, "--hidden-state-layout", "embed,layer:2", *srv],
+                       "layer:5, embed, layer:2"),
+        "disk": (["--data", good, "--hidden-state-layout", FC, *srv, "--keep-free", "1e12"],
+                 "GiB"),
+    }  # fmt: skip
+    for name, (args, words) in cases.items():
+        out = used if name == "not empty" else tmp_path / f"out-{name.replace(' ', '-')}"
+        got = capture(*args, "--out", out, "--no-progress", timeout=120)
+        assert got.returncode == 2, (name, got.stderr[-2000:])
+        lines = got.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("python -m sglang_eagle3.capture: error:")
+        assert words in lines[0], (name, lines[0])
+        if name == "not empty":
+            assert sorted(p.name for p in used.iterdir()) == ["keep.txt"]
+        else:
+            assert not out.exists(), name
