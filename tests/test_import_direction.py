@@ -28,9 +28,11 @@ RANK = {
     "doctor": 6,  # proves the wiring through the launcher's own capture server (--engine sglang)
     "bench": 7,
     "tune": 8,  # predicts settings from the doctor's evidence and launched servers
-    "testing": 9,
+    "capture": 9,  # training data through launched servers (launch, hooks, data, doctor)
+    "testing": 10,
 }
-ENTRY_SHIMS = {"sglang_eagle3.demo", "sglang_eagle3.tiny"}  # `python -m` names kept working
+# `python -m` names kept working; layout/__main__ dispatches `stamp` to capture/stamp.py
+ENTRY_SHIMS = {"sglang_eagle3.demo", "sglang_eagle3.tiny", "sglang_eagle3.layout.__main__"}
 HEAVY = ("torch", "sglang", "triton", "transformers", "numpy", "safetensors.torch", "sgl_kernel")
 # Pure logic: layouts, family rules, flag resolution, config schemas, table rendering.
 PURE_FOLDERS = ("", "layout", "checkpoint", "launch")

@@ -7,7 +7,7 @@ Face transformers) or from a live SGLang in capture mode (``--server``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +194,7 @@ def training_evidence(opts: DoctorOptions) -> Evidence:
         served_by=opts.served_by,
         family=family,
     )
+    lay = _manifest_check(opts, lay)
     # the launcher's own pre-start refusals, with its messages, before any weight is loaded
     prestart_check(opts.draft, opts.target)
     if info.num_taps < lay.num_aux:
@@ -236,6 +237,29 @@ def training_evidence(opts: DoctorOptions) -> Evidence:
     cands = build_candidates(lay, stored, info.num_taps, n, search=opts.search, extra=extra)
     source = {"kind": "training data", "path": opts.data, "text": f"training data {opts.data}"}
     return Evidence(data, n, lay, family, stored, stored_source, cands, source, uses_head=True)
+
+
+def _manifest_check(opts: DoctorOptions, lay: DraftLayouts) -> DraftLayouts:
+    """The draft's declared layout against the data's capture manifest: a mismatch is refused
+    as the launcher refuses it, unless --search asked to score other layouts anyway (a note)."""
+    from sglang_eagle3.data.manifest import manifest_mismatch, read_manifest
+
+    data = str(opts.data)  # training evidence: --data is given
+    manifest = read_manifest(data)
+    if manifest is None:
+        return lay  # data without a manifest (SpecForge's, speculators'): read as before
+    if lay.declared is None:  # ids without a convention: each reading is scored
+        fc = ", ".join(manifest.fc_taps)
+        note = (f"the data's manifest says its fc taps are {fc}; the draft declares none "
+                "(python -m sglang_eagle3.layout stamp writes them into a copy)")  # fmt: skip
+        return replace(lay, notes=(*lay.notes, note))
+    err = manifest_mismatch(manifest, lay.declared, draft=opts.draft, data=data)
+    if err is None:
+        return lay
+    if not opts.search:
+        raise err
+    note = f"scored anyway (--search): {err.message}. Fix: {err.fix}"
+    return replace(lay, notes=(*lay.notes, note))
 
 
 def target_family(target: str | None) -> Family | None:

@@ -65,6 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
         "say: output-of-layer (-1 = embed; SpecForge, SGLang llama/qwen) or input-to-layer "
         "(0 = embed; vLLM, speculators)",
     )
+    p.add_argument(
+        "--training-data",
+        type=Path,
+        metavar="DIR",
+        help="the drafter's training data: when it has a capture manifest (python -m "
+        "sglang_eagle3.capture writes one), refuse to start unless the served layout is the "
+        "fc taps it holds",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the plan, start nothing")
     p.add_argument(
         "--write-draft-only",
@@ -167,6 +175,37 @@ def _watch(plan: LaunchPlan, args: argparse.Namespace) -> LaunchPlan:
     return replace(plan, env={**plan.env, **watch.to_env()}, notes=(*plan.notes, note))
 
 
+def _check_training_data(plan: LaunchPlan, data: Path | None) -> LaunchPlan:
+    """The served layout against the taps the drafter's training data holds (its capture
+    manifest): a mismatch is refused here, before anything starts."""
+    if data is None:
+        return plan
+    if plan.draft is None or plan.draft.layout is None:
+        raise WiringError(
+            "--training-data checks the layout a draft is served with, and this launch serves "
+            "no draft",
+            path="command line",
+            fix="drop --training-data, or serve an EAGLE-3 drafter (--speculative-algorithm "
+            "EAGLE3 --speculative-draft-model-path DIR)",
+        )
+    if not data.exists():
+        raise WiringError("training data not found", path=str(data),
+                          fix="pass the drafter's training data directory")  # fmt: skip
+    # data/manifest.py reads through data/arrow.py, which imports torch: only when asked
+    from sglang_eagle3.data.manifest import manifest_mismatch, read_manifest
+
+    manifest = read_manifest(data)
+    taps = plan.draft.layout.taps
+    if manifest is None:
+        note = f"--training-data {data} has no capture manifest: the layout was not checked"
+    else:
+        err = manifest_mismatch(manifest, taps, draft=str(plan.draft_src), data=str(data))
+        if err is not None:
+            raise err
+        note = f"--training-data {data}: its manifest's fc taps are the served layout"
+    return replace(plan, notes=(*plan.notes, note))
+
+
 def _once(values: list[str] | None, flag: str) -> str | None:
     """The one value of a launcher flag; an error when given twice with different values
     (argparse would silently keep the last, as SGLang does for its own flags)."""
@@ -202,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             from sglang_eagle3.launch.server_process import with_cpu_defaults
 
             rest = with_cpu_defaults(rest)
-        plan = plan_launch(rest, opts)
+        plan = _check_training_data(plan_launch(rest, opts), args.training_data)
         if args.cpu:
             plan = _bind_cpu_ranks(plan)
         plan = _watch(plan, args)
