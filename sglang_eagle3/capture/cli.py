@@ -12,6 +12,7 @@ one message, exit 2, nothing written.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--request-timeout", type=float, default=600.0, help="seconds per sample")
     p.add_argument("--log-dir", type=Path, help="launched servers' logs (default: OUT/.capture)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print what it did as one JSON object")
     return p
 
 
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _positive(args)
         fc = parse_taps(args.hidden_state_layout, path="--hidden-state-layout")
-        from sglang_eagle3.capture.run import capture
+        from sglang_eagle3.capture.run import capture, summary_line
 
         summary = capture(args, rest, fc)
     except WiringError as err:
@@ -72,5 +74,5 @@ def main(argv: list[str] | None = None) -> int:
         name, code = interrupted_by(stop)
         print(f"{PROG}: interrupted ({name}); --resume continues it", file=sys.stderr)
         return code
-    print(summary)
+    print(json.dumps(summary) if args.json else summary_line(summary))
     return 0

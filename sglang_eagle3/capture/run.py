@@ -8,6 +8,7 @@ import contextlib
 import json
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -216,8 +217,8 @@ def _manifest(store: Store, ids: list[list[int]]):
     return DataManifest.load(meta, path=str(store.path(0)))
 
 
-def capture(args: argparse.Namespace, rest: list[str], fc: tuple[Tap, ...]) -> str:
-    """Run the capture; a one-line summary."""
+def capture(args: argparse.Namespace, rest: list[str], fc: tuple[Tap, ...]) -> dict:
+    """Run the capture; what it did (``--json`` prints it)."""
     from sglang_eagle3.checkpoint.target_config import read_target_config
 
     # the cheap refusals first: no server asked, no tokenizer loaded
@@ -263,14 +264,29 @@ def capture(args: argparse.Namespace, rest: list[str], fc: tuple[Tap, ...]) -> s
     _check_disk(args.out, sum(len(ids[s]) for s in todo_guess), len(todo_guess), width,
                 args.keep_free)  # fmt: skip
     store = Store(args.out, run, resume=args.resume)
-    written = 0
     with _servers(args, rest, stored, target, launch_args, cpu, store) as sources:
         have = store.done(src.folder for src in sources)
         todo = [s for s in range(len(ids)) if s not in have]
+        start = time.monotonic()
         written = _capture_all(sources, store, ids, todo, (len(stored), hidden), args)
+        seconds = time.monotonic() - start
     manifest = _manifest(store, ids)
     store.finish(ids, masks, manifest)
-    return (f"captured {len(todo)} samples ({len(ids) - len(todo)} already in), "
-            f"{sum(map(len, ids))} tokens, taps {format_taps(stored)} (fc, then the verifier; "
-            f"layer:K = output of decoder layer K); {written} bytes written; "
-            f"data in {args.out}")  # fmt: skip
+    tokens = sum(len(ids[s]) for s in todo)
+    raw = len(stored) * hidden * DTYPE_BYTES.get(manifest.dtype, 2)
+    return {
+        "out": str(args.out), "taps": [str(t) for t in stored], "dtype": manifest.dtype,
+        "samples": len(ids), "captured": len(todo), "already_in": len(ids) - len(todo),
+        "tokens": manifest.tokens, "captured_tokens": tokens, "bytes": written,
+        "seconds": round(seconds, 3), "tok_s": round(tokens / seconds, 1) if seconds else None,
+        "bytes_per_token": round(written / tokens, 1) if tokens else None,
+        "raw_bytes_per_token": raw,  # taps x hidden x dtype bytes
+    }  # fmt: skip
+
+
+def summary_line(s: dict) -> str:
+    return (f"captured {s['captured']} samples ({s['already_in']} already in), "
+            f"{s['captured_tokens']} tokens at {s['tok_s']} tok/s, {s['bytes']} bytes "
+            f"({s['bytes_per_token']} a token; raw taps {s['raw_bytes_per_token']}); taps "
+            f"{', '.join(s['taps'])} (fc, then the verifier; layer:K = output of decoder layer "
+            f"K); data in {s['out']}")  # fmt: skip
