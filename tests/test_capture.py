@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from sglang_eagle3 import env_names
 from sglang_eagle3.data.manifest import read_manifest
 from sglang_eagle3.testing.tiny.drafter import tiny_drafter
 
@@ -57,9 +56,9 @@ def files_server(module_server_factory, target, tmp_path_factory):
     folder = tmp_path_factory.mktemp("capture-files")
     return module_server_factory(
         target, ["--cpu", "--dtype", "float32", "--enable-return-aux-hidden-states",
-                 "--hidden-state-layout", FC, "--disable-radix-cache"],
+                 "--hidden-state-layout", FC, "--disable-radix-cache",
+                 "--capture-dir", str(folder)],
         name="capture-files", module="sglang_eagle3.launch",
-        env={env_names.CAPTURE_DIR: str(folder)},
     )  # fmt: skip
 
 
@@ -207,3 +206,29 @@ def test_bad_input_is_one_message_and_exit_2_with_nothing_written(
             assert sorted(p.name for p in used.iterdir()) == ["keep.txt"]
         else:
             assert not out.exists(), name
+
+
+def test_regenerate_captures_the_targets_own_replies(files_server, target, tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    rows = [{"messages": [{"role": "user", "content": "def parse(text):"},
+                          {"role": "assistant", "content": "a reply the target never gave"}]},
+            {"text": "import re\n"}]  # fmt: skip
+    data = write_jsonl(tmp_path / "data.jsonl", rows)
+    out = tmp_path / "out"
+    params = {"temperature": 0, "max_new_tokens": 12}
+    got = capture("--data", data, "--out", out, "--hidden-state-layout", FC, "--server",
+                  files_server.url, "--regenerate", "--regenerate-params", json.dumps(params),
+                  "--no-progress")  # fmt: skip
+    assert got.returncode == 0, got.stderr[-3000:]
+    tok = AutoTokenizer.from_pretrained(str(target))
+    prompt = tok.apply_chat_template(rows[0]["messages"][:1], tokenize=True,
+                                     add_generation_prompt=True, return_dict=False)  # fmt: skip
+    reply = files_server.post("/generate", {"input_ids": prompt, "sampling_params": params})
+    saved = json.loads((out / ".capture" / "regenerated" / "0.json").read_text())
+    assert saved["messages"][1] == {"role": "assistant", "content": reply["text"]}
+    want = tok.apply_chat_template(saved["messages"], tokenize=True, return_dict=False)
+    assert load_file(str(out / "hidden_states" / "hs_0.safetensors"))["token_ids"].tolist() == want
+    assert not (out / ".capture" / "regenerated" / "1.json").exists()  # text is kept as it is
+    assert read_manifest(out).samples == 2

@@ -32,6 +32,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "(layer:K = output of decoder layer K, 0-indexed)")  # fmt: skip
     p.add_argument("--server", action="append", default=[], metavar="URL",
                    help="a running capture server (repeatable); else one is launched")  # fmt: skip
+    p.add_argument(
+        "--regenerate",
+        action="store_true",
+        help="first replace each assistant "
+        "turn with the target's own reply (greedy unless --regenerate-params)",
+    )
+    p.add_argument("--regenerate-params", metavar="JSON", default="{}",
+                   help='SGLang sampling parameters of the replies, e.g. \'{"temperature": 0.7, '
+                   '"max_new_tokens": 512}\' (default: greedy, 512 tokens)')  # fmt: skip
     p.add_argument("--tokenizer", help="the target's tokenizer (default: its --model-path)")
     p.add_argument("--resume", action="store_true", help="continue the run that wrote --out")
     p.add_argument("--max-samples", type=int, help="capture at most this many samples")

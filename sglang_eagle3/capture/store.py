@@ -4,6 +4,7 @@ so a killed run resumes where it stopped.
     OUT/hidden_states/hs_{i}.safetensors   sample i, complete: it arrived by rename
     OUT/.capture/run.json                  what the run captures; a resume must match it
     OUT/.capture/incoming/                 the capture servers' files, before their rename
+    OUT/.capture/regenerated/{i}.json      --regenerate: sample i's conversation, as captured
     OUT/data-*.arrow, state.json, ...      the index, written once every sample is in
     OUT/sglang_eagle3_data.json            the manifest (data/manifest.py), written last
 
@@ -46,6 +47,7 @@ class Store:
         self.out, self.run = out, run
         self.run_id = hashlib.sha256(json.dumps(run, sort_keys=True).encode()).hexdigest()[:12]
         self.incoming = out / STATE_DIR / "incoming"
+        self.regenerated = out / STATE_DIR / "regenerated"  # capture/regenerate.py
         run_file = out / STATE_DIR / "run.json"
         used = out.exists() and any(out.iterdir())
         if used and not resume:

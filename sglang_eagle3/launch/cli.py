@@ -73,6 +73,14 @@ def build_parser() -> argparse.ArgumentParser:
         "sglang_eagle3.capture writes one), refuse to start unless the served layout is the "
         "fc taps it holds",
     )
+    p.add_argument(
+        "--capture-dir",
+        type=Path,
+        metavar="DIR",
+        help="with --enable-return-aux-hidden-states: capture requests (python -m "
+        "sglang_eagle3.capture --server URL) get their taps, and the verifier tap last, as "
+        "files written here by the scheduler instead of JSON rows",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the plan, start nothing")
     p.add_argument(
         "--write-draft-only",
@@ -206,6 +214,27 @@ def _check_training_data(plan: LaunchPlan, data: Path | None) -> LaunchPlan:
     return replace(plan, notes=(*plan.notes, note))
 
 
+def _capture_dir(plan: LaunchPlan, folder: Path | None) -> LaunchPlan:
+    """The plan with capture-to-files on (hooks/capture_file.py): capture-only servers only."""
+    if folder is None:
+        return plan
+    if plan.capture is None or plan.draft is not None:
+        raise WiringError("--capture-dir needs SGLang's capture-only mode", path="command line",
+                          fix="add --enable-return-aux-hidden-states and --hidden-state-layout "
+                          "TAPS, or drop --capture-dir")  # fmt: skip
+    folder = folder.resolve()
+    if folder.exists() and not folder.is_dir():
+        raise WiringError("--capture-dir is not a directory", path=str(folder),
+                          fix="give a directory (it is made when missing)")  # fmt: skip
+    folder.mkdir(parents=True, exist_ok=True)
+    note = (
+        f"capture to files: requests with rid sglang_eagle3-capture-* get their taps, then "
+        f"the verifier layer:{plan.target.num_layers - 1}, as {folder}/<rid>.safetensors"
+    )
+    env = {**plan.env, env_names.CAPTURE_DIR: str(folder)}
+    return replace(plan, env=env, notes=(*plan.notes, note))
+
+
 def _once(values: list[str] | None, flag: str) -> str | None:
     """The one value of a launcher flag; an error when given twice with different values
     (argparse would silently keep the last, as SGLang does for its own flags)."""
@@ -242,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
 
             rest = with_cpu_defaults(rest)
         plan = _check_training_data(plan_launch(rest, opts), args.training_data)
+        plan = _capture_dir(plan, args.capture_dir)
         if args.cpu:
             plan = _bind_cpu_ranks(plan)
         plan = _watch(plan, args)
