@@ -42,14 +42,17 @@ def _selected(args) -> Iterator[tuple[int, Line]]:
 
 
 def _index(args, tok, regenerated: Path | None = None) -> tuple[list, list]:
-    """(input ids, loss masks) of the samples this run captures (regenerated where saved)."""
+    """(input ids, loss masks) of the samples this run captures (regenerated where saved), as
+    int32 and uint8 arrays: the index is all a run holds per sample (5 bytes a token)."""
+    import numpy as np
+
     ids, masks, total = [], [], 0
     for sid, line in _selected(args):
         line = (saved(regenerated, sid) if regenerated else None) or line
         i, m = tokenize(tok, line, args.data)
         if args.max_tokens and total + len(i) > args.max_tokens:
             break
-        ids.append(i), masks.append(m)
+        ids.append(np.asarray(i, dtype=np.int32)), masks.append(np.asarray(m, dtype=np.uint8))
         total += len(i)
     if not ids:
         raise WiringError("no sample to capture (an empty file, or --max-tokens below the first "
@@ -80,12 +83,12 @@ def _dtype_bytes(args: list[str], cfg: dict) -> int:
     return DTYPE_BYTES.get(name.removeprefix("torch."), 2)
 
 
-def _one(src: Source, store: Store, sid: int, ids: list[int], width: tuple[int, int]) -> int:
-    """Capture sample ``sid`` on one server; the bytes its file holds."""
+def _one(src: Source, store: Store, sid: int, ids, width: tuple[int, int]) -> int:
+    """Capture sample ``sid`` (``ids``: [seq] int32) on one server; the bytes its file holds."""
     from sglang_eagle3.checkpoint.safetensors_header import read_header
 
     out = src.client.post("/generate", {
-        "input_ids": ids, "rid": store.rid(sid), "return_hidden_states": True,
+        "input_ids": ids.tolist(), "rid": store.rid(sid), "return_hidden_states": True,
         "sampling_params": {"max_new_tokens": 1, "temperature": 0},
     })  # fmt: skip
     rec = (out.get("meta_info") or {}).get("hidden_states")
