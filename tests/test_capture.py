@@ -93,6 +93,9 @@ def test_captured_taps_equal_hf_and_speculators_reads_the_data(
                       {"role": "user", "content": "and print"},
                       {"role": "assistant", "content": "    print(i)"}]},
     ]  # fmt: skip
+    route = files_server.get("/sglang_eagle3/capture")  # files mode: the folder and verifier
+    assert route["capture_dir"] and Path(route["capture_dir"]).is_dir(), route
+    assert (route["verifier"], route["capture_order"][-1]) == ("layer:7", "layer:7"), route
     data = write_jsonl(tmp_path / "data.jsonl", rows)
     out = tmp_path / "out"
     got = capture("--data", data, "--out", out, "--hidden-state-layout", FC,

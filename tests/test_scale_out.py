@@ -68,15 +68,18 @@ def _target(name: str):
 @pytest.mark.parametrize(
     "target_name,mode", [("deepseek", "tp2"), ("deepseek", "dp_attention"), ("llama", "tp2")]
 )
-def test_capture_is_exact_with_two_ranks(server_factory, target_name, mode, figures):
+def test_capture_is_exact_with_two_ranks(server_factory, target_name, mode, tmp_path, figures):
     import torch
 
     target, loader, arch = _target(target_name)
+    folder = tmp_path / "files"  # capture to files on: JSON rows gain the verifier block
+    folder.mkdir()
     srv = server_factory(
         target,
         FP32 + MODES[mode] + ["--enable-return-aux-hidden-states", "--speculative-algorithm",
-                              "EAGLE3"],
-        name=f"capture-{target_name}-{mode}", env={env_names.LAYOUT: LAYOUT, **RANKS},
+                              "EAGLE3", "--disable-radix-cache"],
+        name=f"capture-{target_name}-{mode}",
+        env={env_names.LAYOUT: LAYOUT, env_names.CAPTURE_DIR: str(folder), **RANKS},
         spawn=True,  # each rank loads the plugin and reads the plan itself, as in production
     )  # fmt: skip
     _assert_every_rank_applied_one_plan(srv.log(), arch)
@@ -89,6 +92,7 @@ def test_capture_is_exact_with_two_ranks(server_factory, target_name, mode, figu
         assert len(chunks) >= 3, "a prefill and at least two decode steps"
         decode = [torch.tensor(c).reshape(1, -1) for c in chunks[1:]]
         got = torch.cat([torch.tensor(chunks[0]), *decode]).double()
+        got = got[:, : got.shape[1] * len(HF_INDICES) // (len(HF_INDICES) + 1)]
         start = len(ids) - len(chunks[0])  # rows the radix cache already held are not sent
         with torch.no_grad():
             hs = model(torch.tensor([ids + out["output_ids"]]), output_hidden_states=True)
@@ -98,6 +102,44 @@ def test_capture_is_exact_with_two_ranks(server_factory, target_name, mode, figu
     figures.record(
         f"{target_name} {mode}: max |diff| capture vs HF over {rows} rows, 6 concurrent", worst
     )
+    assert worst < 1e-4, worst
+    _capture_files(srv, target, loader, f"{target_name} {mode}", tmp_path, figures)
+
+
+def _capture_files(srv, target, loader, name, tmp_path, figures) -> None:
+    """The capture CLI against the two-rank server: each sample written once (one rank under
+    TP; each DP rank its own requests), its taps equal to HF's, one index."""
+    import json
+    import subprocess
+    import sys
+
+    import torch
+    from safetensors.torch import load_file
+
+    from sglang_eagle3.data.manifest import read_manifest
+
+    texts = ["def f(x):\n    return x * 2\n" * k for k in (1, 4, 2, 6, 3, 5)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    out = tmp_path / "captured"
+    got = subprocess.run([sys.executable, "-m", "sglang_eagle3.capture", "--data", str(data),
+                          "--out", str(out), "--hidden-state-layout", LAYOUT, "--server",
+                          srv.url, "--no-progress", "--json"],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert got.returncode == 0, got.stderr[-3000:]
+    assert json.loads(got.stdout)["samples"] == len(texts)
+    assert read_manifest(out).samples == len(texts)
+    assert sorted(p.name for p in (out / "hidden_states").iterdir()) == sorted(
+        f"hs_{i}.safetensors" for i in range(len(texts)))  # fmt: skip
+    assert not list((tmp_path / "files").iterdir())  # every file adopted, no rank wrote twice
+    model, worst = loader(target), 0.0
+    for i in range(len(texts)):
+        f = load_file(str(out / "hidden_states" / f"hs_{i}.safetensors"))
+        with torch.no_grad():
+            hs = model(f["token_ids"][None], output_hidden_states=True).hidden_states
+        ref = torch.stack([hs[j][0] for j in HF_INDICES], 1)
+        worst = max(worst, (f["hidden_states"][:, :3].double() - ref.double()).abs().max().item())
+    figures.record(f"{name}: capture CLI files vs HF, {len(texts)} samples", worst)
     assert worst < 1e-4, worst
 
 
