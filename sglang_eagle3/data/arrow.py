@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -25,7 +25,6 @@ _FEATURES = {
     "seq_len": {"dtype": "int64", "_type": "Value"},
 }
 _SHARD = "data-00000-of-00001.arrow"
-_BATCH = 1000  # rows a record batch
 
 
 def read_rows(data_dir: str | Path) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
@@ -77,12 +76,8 @@ def read_rows(data_dir: str | Path) -> Iterator[tuple[int, torch.Tensor, torch.T
             ) from None
 
 
-def write_rows(data_dir: str | Path, ids: Sequence[Sequence[int]],
-               masks: Sequence[Sequence[int]]) -> None:  # fmt: skip
-    """Write the table as ``datasets`` would (one shard), readable by ``load_from_disk``.
-
-    Rows may be lists or 1-D int arrays; they are converted 1000 at a time (the batch size the
-    shard is written in), so a large index is never copied whole."""
+def write_rows(data_dir: str | Path, ids: list[list[int]], masks: list[list[int]]) -> None:
+    """Write the table as ``datasets`` would (one shard), readable by ``load_from_disk``."""
     import pyarrow as pa
 
     data_dir = Path(data_dir)
@@ -98,18 +93,20 @@ def write_rows(data_dir: str | Path, ids: Sequence[Sequence[int]],
         [("input_ids", list_type), ("loss_mask", list_type), ("seq_len", pa.int64())],
         metadata={"huggingface": json.dumps({"info": {"features": _FEATURES}})},
     )
+    table = pa.table(
+        {
+            "input_ids": pa.array(ids, type=list_type),
+            "loss_mask": pa.array(masks, type=list_type),
+            "seq_len": pa.array([len(i) for i in ids], type=pa.int64()),
+        },
+        schema=schema,
+    )
     with pa.OSFile(str(data_dir / _SHARD), "wb") as sink:
         with pa.ipc.new_stream(sink, schema) as writer:
-            for a in range(0, len(ids), _BATCH):
-                rows, mrows = ids[a : a + _BATCH], masks[a : a + _BATCH]
-                writer.write_batch(pa.record_batch([
-                    pa.array([_ints(r) for r in rows], type=list_type),
-                    pa.array([_ints(m) for m in mrows], type=list_type),
-                    pa.array([len(r) for r in rows], type=pa.int64()),
-                ], schema=schema))  # fmt: skip
+            writer.write_table(table, max_chunksize=1000)
     state = {
         "_data_files": [{"filename": _SHARD}],
-        "_fingerprint": _fingerprint(ids, masks),
+        "_fingerprint": hashlib.sha256(json.dumps([ids, masks]).encode()).hexdigest()[:16],
         "_format_columns": None,
         "_format_kwargs": {},
         "_format_type": "torch",  # prepare-data saves after set_format("torch"); the trainer
@@ -119,20 +116,3 @@ def write_rows(data_dir: str | Path, ids: Sequence[Sequence[int]],
     }
     (data_dir / "state.json").write_text(json.dumps(state, indent=2), encoding="utf-8")
     (data_dir / "dataset_info.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
-
-
-def _ints(row: Sequence[int]) -> list[int]:
-    return row.tolist() if hasattr(row, "tolist") else list(row)
-
-
-def _fingerprint(ids: Sequence[Sequence[int]], masks: Sequence[Sequence[int]]) -> str:
-    """sha256 of ``json.dumps([ids, masks])`` (the first 16 hex digits), streamed a row at a
-    time instead of building the whole string."""
-    h = hashlib.sha256(b"[")
-    for k, table in enumerate((ids, masks)):
-        h.update(b", [" if k else b"[")
-        for i, row in enumerate(table):
-            h.update((", " if i else "").encode() + json.dumps(_ints(row)).encode())
-        h.update(b"]")
-    h.update(b"]")
-    return h.hexdigest()[:16]
