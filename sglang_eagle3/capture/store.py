@@ -114,8 +114,7 @@ class Store:
 
     def finish(self, ids: list, masks: list, manifest: DataManifest) -> None:
         """The index and the manifest, once every sample's file is in."""
-        # write_rows takes lists (its source is hashed into the shipped tiny drafter's key)
-        write_rows(self.out, [i.tolist() for i in ids], [m.tolist() for m in masks])
+        write_rows(self.out, ids, masks)  # converts a record batch at a time
         side = self.out / META_NAME
         tmp = side.with_suffix(".tmp")
         tmp.write_text(json.dumps(sidecar(manifest), indent=2) + "\n", encoding="utf-8")

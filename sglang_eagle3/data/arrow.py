@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -76,10 +76,19 @@ def read_rows(data_dir: str | Path) -> Iterator[tuple[int, torch.Tensor, torch.T
             ) from None
 
 
-def write_rows(data_dir: str | Path, ids: list[list[int]], masks: list[list[int]]) -> None:
-    """Write the table as ``datasets`` would (one shard), readable by ``load_from_disk``."""
+_ROWS_PER_BATCH = 1000  # record batch size, as datasets writes them
+
+
+def write_rows(data_dir: str | Path, ids: Sequence, masks: Sequence) -> None:
+    """Write the table as ``datasets`` would (one shard), readable by ``load_from_disk``.
+
+    ``ids`` and ``masks`` hold one int sequence per row (lists or numpy arrays). Rows are
+    converted one record batch at a time, so a large index is never held as Python lists.
+    """
     import pyarrow as pa
 
+    if len(ids) != len(masks):
+        raise ValueError(f"{len(ids)} id rows but {len(masks)} mask rows")
     data_dir = Path(data_dir)
     info = {
         "citation": "",
@@ -93,20 +102,26 @@ def write_rows(data_dir: str | Path, ids: list[list[int]], masks: list[list[int]
         [("input_ids", list_type), ("loss_mask", list_type), ("seq_len", pa.int64())],
         metadata={"huggingface": json.dumps({"info": {"features": _FEATURES}})},
     )
-    table = pa.table(
-        {
-            "input_ids": pa.array(ids, type=list_type),
-            "loss_mask": pa.array(masks, type=list_type),
-            "seq_len": pa.array([len(i) for i in ids], type=pa.int64()),
-        },
-        schema=schema,
-    )
+    digest = hashlib.sha256()
     with pa.OSFile(str(data_dir / _SHARD), "wb") as sink:
         with pa.ipc.new_stream(sink, schema) as writer:
-            writer.write_table(table, max_chunksize=1000)
+            for s in range(0, len(ids), _ROWS_PER_BATCH):
+                id_rows = [_as_list(r) for r in ids[s : s + _ROWS_PER_BATCH]]
+                mask_rows = [_as_list(r) for r in masks[s : s + _ROWS_PER_BATCH]]
+                for i, m in zip(id_rows, mask_rows, strict=True):
+                    digest.update(json.dumps([i, m]).encode())
+                batch = pa.record_batch(
+                    [
+                        pa.array(id_rows, type=list_type),
+                        pa.array(mask_rows, type=list_type),
+                        pa.array([len(i) for i in id_rows], type=pa.int64()),
+                    ],
+                    schema=schema,
+                )
+                writer.write_batch(batch)
     state = {
         "_data_files": [{"filename": _SHARD}],
-        "_fingerprint": hashlib.sha256(json.dumps([ids, masks]).encode()).hexdigest()[:16],
+        "_fingerprint": digest.hexdigest()[:16],
         "_format_columns": None,
         "_format_kwargs": {},
         "_format_type": "torch",  # prepare-data saves after set_format("torch"); the trainer
@@ -116,3 +131,7 @@ def write_rows(data_dir: str | Path, ids: list[list[int]], masks: list[list[int]
     }
     (data_dir / "state.json").write_text(json.dumps(state, indent=2), encoding="utf-8")
     (data_dir / "dataset_info.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
+
+
+def _as_list(row) -> list[int]:
+    return row.tolist() if hasattr(row, "tolist") else list(row)
