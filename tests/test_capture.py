@@ -2,8 +2,9 @@
 data reads in speculators' own dataset class, a killed run resumes to the same data, and bad
 input is refused with exit 2 and nothing written.
 
-One capture server (files mode, taps layer:5,embed,layer:2 + the verifier layer:7) serves the
-module; the launch mode runs once, in the refusals (it refuses before starting anything).
+Two capture servers of the trained tiny target (files mode, taps layer:5,embed,layer:2 + the
+verifier layer:7) serve the module, the second only for a run across both; the launch mode runs
+once, in the refusals (it refuses before starting anything).
 """
 
 from __future__ import annotations
@@ -51,15 +52,26 @@ def target() -> Path:
     return tiny_drafter().target_dir
 
 
-@pytest.fixture(scope="module")
-def files_server(module_server_factory, target, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("capture-files")
-    return module_server_factory(
+def _files_server(factory, target: Path, folder: Path, name: str):
+    return factory(
         target, ["--cpu", "--dtype", "float32", "--enable-return-aux-hidden-states",
                  "--hidden-state-layout", FC, "--disable-radix-cache",
                  "--capture-dir", str(folder)],
-        name="capture-files", module="sglang_eagle3.launch",
+        name=name, module="sglang_eagle3.launch",
     )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def files_server(module_server_factory, target, tmp_path_factory):
+    return _files_server(module_server_factory, target,
+                         tmp_path_factory.mktemp("capture-files"), "capture-files")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def second_server(module_server_factory, target, tmp_path_factory):
+    """Another server of the same target, writing to its own folder (several --server)."""
+    return _files_server(module_server_factory, target,
+                         tmp_path_factory.mktemp("capture-files-2"), "capture-files-2")  # fmt: skip
 
 
 def hf_taps(target: Path, ids: torch.Tensor) -> torch.Tensor:
@@ -136,7 +148,9 @@ def test_captured_taps_equal_hf_and_speculators_reads_the_data(
     assert len(plain["meta_info"]["hidden_states"][0][0]) == 4 * 128
 
 
-def test_a_killed_capture_resumes_to_the_same_data(files_server, tmp_path):
+def test_a_killed_capture_resumes_to_the_same_data(files_server, second_server, tmp_path):
+    """The uninterrupted run uses two servers (each writes its own files, one index is
+    built), the killed and resumed one a single server: the same data either way."""
     from safetensors.torch import load_file
 
     from sglang_eagle3.data.arrow import read_rows
@@ -144,8 +158,13 @@ def test_a_killed_capture_resumes_to_the_same_data(files_server, tmp_path):
     data = write_jsonl(tmp_path / "data.jsonl", corpus_rows(48))
     common = ["--data", data, "--hidden-state-layout", FC, "--server", files_server.url,
               "--concurrency", "1", "--no-progress"]  # fmt: skip
-    whole = capture(*common, "--out", tmp_path / "whole")
+    whole = capture(*common, "--server", second_server.url, "--out", tmp_path / "whole", "--json")
     assert whole.returncode == 0, whole.stderr[-3000:]
+    split = json.loads(whole.stdout)["per_server"]
+    assert split == [{"url": files_server.url, "samples": 24},
+                     {"url": second_server.url, "samples": 24}]  # fmt: skip
+    for srv in (files_server, second_server):  # every file adopted from both folders
+        assert not list(Path(srv.get("/sglang_eagle3/capture")["capture_dir"]).iterdir())
     out = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-m", "sglang_eagle3.capture", *map(str, common),
                              "--out", str(out)], env=ENV, stderr=subprocess.PIPE)  # fmt: skip
@@ -197,6 +216,8 @@ def test_bad_input_is_one_message_and_exit_2_with_nothing_written(
                        "layer:5, embed, layer:2"),
         "disk": (["--data", good, "--hidden-state-layout", FC, *srv, "--keep-free", "1e12"],
                  "GiB"),
+        "server twice": (["--data", good, "--hidden-state-layout", FC, *srv, *srv],
+                         "given twice"),
     }  # fmt: skip
     for name, (args, words) in cases.items():
         out = used if name == "not empty" else tmp_path / f"out-{name.replace(' ', '-')}"

@@ -83,8 +83,9 @@ def _dtype_bytes(args: list[str], cfg: dict) -> int:
     return DTYPE_BYTES.get(name.removeprefix("torch."), 2)
 
 
-def _one(src: Source, store: Store, sid: int, ids, width: tuple[int, int]) -> int:
-    """Capture sample ``sid`` (``ids``: [seq] int32) on one server; the bytes its file holds."""
+def _one(src: Source, store: Store, sid: int, ids, width: tuple[int, int]) -> tuple[int, str]:
+    """Capture sample ``sid`` (``ids``: [seq] int32) on one server: (the bytes its file holds,
+    what its manifest says of the target, software and dtype)."""
     from sglang_eagle3.checkpoint.safetensors_header import read_header
 
     out = src.client.post("/generate", {
@@ -105,16 +106,42 @@ def _one(src: Source, store: Store, sid: int, ids, width: tuple[int, int]) -> in
         raise WiringError(f"sample {sid}: the server wrote hidden_states {list(shape)}, expected "
                           f"{[len(ids), *width]}", path=str(dst),
                           fix="capture again into a new --out")  # fmt: skip
-    return dst.stat().st_size
+    return dst.stat().st_size, _identity(dst)
 
 
-def _capture_all(sources, store, ids, todo, width, args) -> int:
-    """Every sample in ``todo``, ``concurrency`` in flight per server; bytes written."""
+def _identity(path: Path) -> str:
+    """A file's manifest without its own token count: the same for every file of one set."""
+    from safetensors import safe_open
+
+    from sglang_eagle3.data.manifest import MANIFEST_KEY
+
+    with safe_open(str(path), "pt") as f:
+        meta = json.loads((f.metadata() or {}).get("sglang_eagle3", "{}")).get(MANIFEST_KEY, {})
+    return json.dumps({k: v for k, v in meta.items() if k != "tokens"}, sort_keys=True)
+
+
+def _same_set(want: tuple[str, str] | None, got: str, where: str) -> tuple[str, str]:
+    """Refuse a file whose target, software or dtype differ from the set's first file's."""
+    if want is None or want[0] == got:
+        return want or (got, where)
+    a, b = json.loads(want[0]), json.loads(got)
+    diff = {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+    raise WiringError(f"{where} wrote a sample of another set than {want[1]}: "
+                      + "; ".join(f"{k} {x!r} there, {y!r} here" for k, (x, y) in diff.items()),
+                      path="--server", fix="capture one set from servers of one target, dtype "
+                      "and version (a new --out for the other)")  # fmt: skip
+
+
+def _capture_all(sources, store, ids, todo, width, args) -> tuple[int, list[int]]:
+    """Every sample in ``todo``, ``concurrency`` in flight per server: (bytes written, samples
+    each server captured)."""
     from tqdm import tqdm
 
     bar = tqdm(total=sum(len(ids[s]) for s in todo), unit="tok", unit_scale=True,
                desc="capture", file=sys.stderr, disable=args.no_progress)  # fmt: skip
-    written, queue = 0, list(reversed(todo))
+    written, queue, per_server = 0, list(reversed(todo)), [0] * len(sources)
+    first = store.path(0)  # a resumed set's files are compared with the ones already in
+    want = (_identity(first), str(first)) if first.is_file() else None
     workers = args.concurrency * len(sources)
     with bar, ThreadPoolExecutor(workers) as pool:
         running: dict = {}
@@ -126,10 +153,13 @@ def _capture_all(sources, store, ids, todo, width, args) -> int:
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for f in done:
                 sid = running.pop(f)
-                written += f.result()  # a failure ends the run; --resume continues it
+                size, identity = f.result()  # a failure ends the run; --resume continues it
+                k = sid % len(sources)
+                want = _same_set(want, identity, f"{sources[k].client.url} (sample {sid})")
+                written, per_server[k] = written + size, per_server[k] + 1
                 bar.update(len(ids[sid]))
                 bar.set_postfix_str(f"{written / (1 << 20):.1f} MiB written")
-    return written
+    return written, per_server
 
 
 def _manifest(store: Store, ids: list[list[int]]):
@@ -162,6 +192,10 @@ def capture(args: argparse.Namespace, rest: list[str], fc: tuple[Tap, ...]) -> d
             raise WiringError(f"launcher arguments {' '.join(rest)} with --server: the servers "
                               "already run", path="command line",
                               fix="drop them, or drop --server to launch one")  # fmt: skip
+        twice = sorted({u for u in args.server if args.server.count(u) > 1})
+        if twice:
+            raise WiringError(f"--server {twice[0]} is given twice", path="command line",
+                              fix="name each server once")  # fmt: skip
         state = check_server(args.server[0], None, args.request_timeout)[1]
         n, hidden = state["num_layers"], state["hidden_size"]
         stored = stored_taps(fc, n)
@@ -198,7 +232,9 @@ def capture(args: argparse.Namespace, rest: list[str], fc: tuple[Tap, ...]) -> d
         have = store.done(src.folder for src in sources)
         todo = [s for s in range(len(ids)) if s not in have]
         start = time.monotonic()
-        written = _capture_all(sources, store, ids, todo, (len(stored), hidden), args)
+        written, per_server = _capture_all(sources, store, ids, todo, (len(stored), hidden),
+                                           args)  # fmt: skip
+        urls = [src.client.url for src in sources]
         seconds = time.monotonic() - start
     manifest = _manifest(store, ids)
     store.finish(ids, masks, manifest)
@@ -212,6 +248,7 @@ def capture(args: argparse.Namespace, rest: list[str], fc: tuple[Tap, ...]) -> d
         "bytes_per_token": round(written / tokens, 1) if tokens else None,
         "raw_bytes_per_token": raw,  # taps x hidden x dtype bytes
         "regenerated": params is not None,
+        "per_server": [{"url": u, "samples": k} for u, k in zip(urls, per_server, strict=True)],
     }  # fmt: skip
 
 
@@ -233,7 +270,10 @@ def _regenerate(args, sources, tok, store: Store, params: dict) -> None:
 
 
 def summary_line(s: dict) -> str:
-    return (f"captured {s['captured']} samples ({s['already_in']} already in), "
+    split = s["per_server"]
+    on = f" on {len(split)} servers ({', '.join(str(x['samples']) for x in split)})"
+    return (f"captured {s['captured']} samples{on if len(split) > 1 else ''} "
+            f"({s['already_in']} already in), "
             f"{s['captured_tokens']} tokens at {s['tok_s']} tok/s, {s['bytes']} bytes "
             f"({s['bytes_per_token']} a token; raw taps {s['raw_bytes_per_token']}); taps "
             f"{', '.join(s['taps'])} (fc, then the verifier; layer:K = output of decoder layer "
