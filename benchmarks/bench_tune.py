@@ -36,27 +36,37 @@ from sglang_eagle3.tune.measure import ROUNDS, plain_argv  # noqa: E402
 SEED = Setting(15, 1, 16)  # the seed's slow try: 15 steps, 16 draft tokens
 
 
-def tok_s(url: str, c: int, max_new_tokens: int) -> float:
+def tok_s(url: str, c: int, max_new_tokens: int, detail: dict) -> float:
+    """Median decode tok/s per request; ``detail`` gets the median served accept length and
+    seconds per verify (per decode step when plain), to tell acceptance from cost errors."""
     params = {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}
     run_batch(url, list(BUILT_IN[:1]), params, 1)  # warm-up
     batch = run_batch(url, [BUILT_IN[i % len(BUILT_IN)] for i in range(ROUNDS * c)], params, c)
     if batch.errors:
         raise RuntimeError(batch.errors[0])
-    speeds = []
+    speeds, accepts, cycles = [], [], []
     for r in batch.results:
         first = next(t for t, n in r.timing.chunks if n > 0)
-        speeds.append((int(r.meta_info["completion_tokens"]) - 1) / (r.end - first))
+        tokens = int(r.meta_info["completion_tokens"])
+        verifies = int(r.meta_info.get("spec_verify_ct") or 0)
+        speeds.append((tokens - 1) / (r.end - first))
+        cycles.append((r.end - first) / (verifies or tokens - 1))
+        if verifies:
+            accepts.append(tokens / verifies)
+    detail[c] = {"accept_length": statistics.median(accepts) if accepts else None,
+                 "cycle_s": statistics.median(cycles)}  # fmt: skip
     return statistics.median(speeds)
 
 
-def brute_force(args, launch: list[str], settings: list[Setting | None]) -> dict:
+def brute_force(args, launch: list[str], settings: list[Setting | None], detail: dict) -> dict:
     out = {}
     for s in settings:
         name = "plain" if s is None else f"s{s.steps}k{s.topk}n{s.draft_tokens}"
         argv = plain_argv(launch) if s is None else s.on(launch)
         spec = ServerSpec(name, None, argv[argv.index("--model-path") + 1], tuple(argv))
+        got = detail.setdefault(name, {})
         with live_server(spec, args.out_dir / "logs") as url:
-            out[name] = {c: tok_s(url, c, args.max_new_tokens) for c in args.concurrency}
+            out[name] = {c: tok_s(url, c, args.max_new_tokens, got) for c in args.concurrency}
         print(f"{name}: " + ", ".join(f"c={c} {v:.1f} tok/s" for c, v in out[name].items()),
               flush=True)  # fmt: skip
     return out
@@ -95,10 +105,13 @@ def main() -> int:
                     args.max_draft_tokens, [], "DeepseekV3ForCausalLM")  # fmt: skip
     os.environ["OMP_NUM_THREADS"] = "1"
     t0 = time.monotonic()
-    measured = brute_force(args, launch, [None, *settings])
+    detail: dict = {}
+    measured = brute_force(args, launch, [None, *settings], detail)
     grid_wall = time.monotonic() - t0
-    measured.update(brute_force(args, launch, [SEED]))
+    measured.update(brute_force(args, launch, [SEED], detail))
     report = compare(result, measured, settings, args.concurrency, tune_wall, grid_wall)
+    report["grid_detail"] = detail  # served accept length and cycle time of every server
+    report["tuner"] = result  # its fit points, profile check and every prediction
     (args.out_dir / "bench_tune.json").write_text(json.dumps(report, indent=2) + "\n")
     (args.out_dir / "bench_tune.md").write_text(markdown(report))
     plot(report, args.out_dir / "bench_tune.png")
