@@ -11,7 +11,8 @@
    table benchmarks/README.md quotes) and bench_tune.png (predicted against measured).
 
 Decode speed is per request: (tokens - 1) / (time after the first token), the median over a
-concurrency's 3 x c requests (c in flight), after one warm-up request per server.
+concurrency's requests (every built-in prompt equally often, at least 3 x c; c in flight), after
+one warm-up request per server, timed as the tuner times its own servers.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from sglang_eagle3.bench.client import run_batch  # noqa: E402
 from sglang_eagle3.bench.prompts import BUILT_IN  # noqa: E402
 from sglang_eagle3.bench.servers import ServerSpec, live_server  # noqa: E402
 from sglang_eagle3.tune.grid import Setting, grid, parse_range  # noqa: E402
-from sglang_eagle3.tune.measure import ROUNDS, plain_argv  # noqa: E402
+from sglang_eagle3.tune.measure import plain_argv, timed_prompts  # noqa: E402
 
 SEED = Setting(15, 1, 16)  # the seed's slow try: 15 steps, 16 draft tokens
 
@@ -41,7 +42,7 @@ def tok_s(url: str, c: int, max_new_tokens: int, detail: dict) -> float:
     seconds per verify (per decode step when plain), to tell acceptance from cost errors."""
     params = {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}
     run_batch(url, list(BUILT_IN[:1]), params, 1)  # warm-up
-    batch = run_batch(url, [BUILT_IN[i % len(BUILT_IN)] for i in range(ROUNDS * c)], params, c)
+    batch = run_batch(url, timed_prompts(BUILT_IN, c), params, c)
     if batch.errors:
         raise RuntimeError(batch.errors[0])
     speeds, accepts, cycles = [], [], []
@@ -76,9 +77,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out-dir", type=Path, default=Path("benchmarks/results/tune"))
     p.add_argument("--concurrency", default="1,8")
-    p.add_argument("--steps", default="1-3")
+    p.add_argument("--steps", default="1-4")
     p.add_argument("--topk", default="1-2")
-    p.add_argument("--max-draft-tokens", type=int, default=5)
+    p.add_argument("--max-draft-tokens", type=int, default=6)
     p.add_argument("--max-new-tokens", type=int, default=64)
     args = p.parse_args()
     args.concurrency = parse_range(args.concurrency, "--concurrency")

@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest_helpers_layout import flat_config, make_flat_draft, run_main, write_json
 
-from sglang_eagle3.tune.cost import CostModel, Measured, break_even, fit
+from sglang_eagle3.tune.cost import CostModel, Measured, accept_scale, break_even, fit
 from sglang_eagle3.tune.grid import Setting, grid, parse_range
 from sglang_eagle3.tune.report import adaptive_config, predict, verdict
 
@@ -30,6 +30,18 @@ def test_the_fit_recovers_the_costs_that_made_the_measurements():
     got = fit(_points(TRUE))
     for name, want in vars(TRUE).items():
         assert getattr(got, name) == pytest.approx(want, rel=1e-6, abs=1e-9), name
+
+
+def test_the_profile_is_scaled_to_the_served_drafts_and_every_prompt_is_timed_alike():
+    from sglang_eagle3.tune.measure import ROUNDS, timed_prompts
+
+    # profile 2.0 and 3.0, served 1.9 and 2.6: 2.5 drafts per verify served of 3.0 predicted
+    assert accept_scale([(2.0, 1.9), (3.0, 2.6)]) == pytest.approx(2.5 / 3.0)
+    assert accept_scale([(1.0, 1.5)]) == 1.0  # nothing to scale: the profile is kept
+    prompts = ["a", "b", "c"]
+    for c in (1, 2, 8):
+        got = timed_prompts(prompts, c)
+        assert len(got) >= ROUNDS * c and all(got.count(p) == len(got) // 3 for p in prompts)
 
 
 def test_break_even_and_the_sentence_when_speculation_cannot_pay():
@@ -136,6 +148,15 @@ def test_a_real_tune_then_its_pick_and_adaptive_config_serve_losslessly(
     result = json.loads(out.stdout)
     assert result["lossless"] and all(result["lossless"].values()), result["lossless"]
     assert len(result["measured"]) == 6  # plain and two speculative servers, 2 concurrencies
+    # the profile, scaled by what the two speculative servers served, is what predicts
+    check = result["accept_check"]
+    scale = accept_scale([(a["profile"], a["served"]) for a in check])
+    assert result["accept_scale"] == pytest.approx(scale, abs=2e-3)
+    pred = {(p["steps"], p["topk"], p["draft_tokens"]): p["accept_length"]
+            for p in result["predictions"]}  # fmt: skip
+    for a in check:
+        key = tuple(int(x.split()[-1]) for x in a["setting"].split(", "))
+        assert pred[key] == pytest.approx(1 + scale * (a["profile"] - 1), abs=5e-3)
     for c in ("1", "2"):
         row = result["per_concurrency"][c]
         assert row["verdict"].startswith(f"at {c} concurrent request(s)")

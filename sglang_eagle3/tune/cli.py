@@ -97,7 +97,7 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     explained = [_setting(e) for e in args.explain]
     # torch and the doctor only once the input is known good: a refusal costs no import
     from sglang_eagle3.doctor.options import DoctorOptions
-    from sglang_eagle3.tune.cost import fit
+    from sglang_eagle3.tune.cost import accept_scale, fit
     from sglang_eagle3.tune.measure import TIMING, measure_launched, measure_url
     from sglang_eagle3.tune.profile import acceptance_profile
     from sglang_eagle3.tune.report import build_result
@@ -117,10 +117,16 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
         outputs,
     )  # fmt: skip
     model = fit(measured)
+    served = [(profile[Setting(m.steps, m.topk, m.draft_tokens)], m.accept_length)
+              for m in measured if m.steps and m.accept_length]  # fmt: skip
+    scale = accept_scale(served)
+    scaled = {s: 1 + scale * (a - 1) for s, a in profile.items()}
     source = f"training data {args.data}" if args.data else "the target's own greedy continuations"
-    result = build_result(model, profile, settings, explained, measured, concurrency,
+    source += f", drafts per verify scaled by {scale:.3f} to what the measured servers served"
+    result = build_result(model, scaled, settings, explained, measured, concurrency,
                           timing=TIMING, acceptance_source=source)  # fmt: skip
-    result["accept_check"] = [  # the profile against what the measured servers served
+    result["accept_scale"] = round(scale, 4)
+    result["accept_check"] = [  # the profile (unscaled) against what the servers served
         {"setting": str(Setting(m.steps, m.topk, m.draft_tokens)), "concurrency": m.concurrency,
          "profile": round(profile[Setting(m.steps, m.topk, m.draft_tokens)], 3),
          "served": round(m.accept_length, 3)}

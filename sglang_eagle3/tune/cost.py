@@ -124,6 +124,18 @@ def fit(measured: list[Measured]) -> CostModel:
     return CostModel(p0, p1, v1, t0, d0, d1)
 
 
+def accept_scale(pairs: list[tuple[float, float]]) -> float:
+    """How far the profile's drafts per verify are from the served ones on the measured
+    servers: sum(served - 1) / sum(profile - 1) over (profile, served) accept lengths.
+
+    The profile scores the doctor's evidence (training data, or the target's own greedy
+    continuations), the servers the user's traffic; where the two differ, every setting's
+    accepted drafts move alike to first order, so the profile is rescaled by this factor."""
+    den = sum(p - 1 for p, _ in pairs)
+    num = sum(s - 1 for _, s in pairs)
+    return num / den if den > 0 and num > 0 else 1.0
+
+
 def break_even(model: CostModel, s: int, k: int, n: int, c: int) -> float:
     """The accept length at which this setting matches plain decoding's speed."""
     return model.cycle(s, k, n, c) / model.plain(c)

@@ -35,6 +35,14 @@ def _per_request(r: RequestResult, speculative: bool) -> tuple[float, float | No
     return (r.end - first) / steps, (tokens / verifies if speculative and verifies else None)
 
 
+def timed_prompts(prompts: Sequence[str], c: int) -> list[str]:
+    """At least ROUNDS requests a concurrency slot (one request alone varied 2x between runs),
+    and every prompt equally often: the accept length depends on the text, so each
+    concurrency is timed on the same mix of prompts."""
+    rounds = -(-max(ROUNDS * c, len(prompts)) // len(prompts))
+    return list(prompts) * rounds
+
+
 def measure_url(
     url: str, setting: Setting | None, prompts: Sequence[str], concurrencies: Sequence[int],
     max_new_tokens: int, outputs: dict[str, list[int]] | None = None,
@@ -47,8 +55,7 @@ def measure_url(
         outputs.update({p: r.output_ids for p, r in zip(prompts, warm.results, strict=True)})
     out = []
     for c in concurrencies:
-        # ROUNDS x c requests, c in flight: one request alone varied 2x between runs
-        batch = run_batch(url, [prompts[i % len(prompts)] for i in range(ROUNDS * c)], params, c)
+        batch = run_batch(url, timed_prompts(prompts, c), params, c)
         if batch.errors:
             raise WiringError(f"the server at {url} failed: {batch.errors[0]}",
                               fix="check its log")  # fmt: skip
