@@ -8,8 +8,9 @@ plus the verifier layer:7), and corpus samples of --chars characters. Each round
 2. stock JSON capture: the same requests with `return_hidden_states` (bytes a token on the wire);
 3. `python -m sglang_eagle3.capture --server URL --json` into a fresh directory (its own
    capture-loop tokens/s and the bytes it wrote a token).
-Then the memory check: the capture CLI's peak RSS for N and 4N short samples, against the
-index (ids and masks) it holds. One JSONL record per round; the medians go to bench_capture.md.
+Then the memory check: the capture CLI's peak RSS and Python heap peak (tracemalloc) for N and
+4N short samples, against the index (ids and masks) it holds. One JSONL record per round; the
+medians go to bench_capture.md.
 """
 
 from __future__ import annotations
@@ -76,14 +77,23 @@ def run_capture(url: str, data: Path, out: Path) -> dict:
     return json.loads(got.stdout)
 
 
-def peak_rss(url: str, data: Path, out: Path) -> tuple[int, dict]:
-    """(peak RSS in bytes, summary) of one capture CLI run, sampled every 20 ms."""
+# The CLI in a child under tracemalloc: its Python heap peak, imports included (the same for N
+# and 4N samples, so the difference is what the samples hold).
+TRACED = ("import sys, tracemalloc; tracemalloc.start(); "
+          "from sglang_eagle3.capture.cli import main; rc = main(sys.argv[1:]); "
+          "print('traced-peak', tracemalloc.get_traced_memory()[1], file=sys.stderr); "
+          "sys.exit(rc)")  # fmt: skip
+
+
+def peak_memory(url: str, data: Path, out: Path) -> tuple[int, int, dict]:
+    """(peak RSS in bytes, sampled every 20 ms; traced Python heap peak; summary) of one
+    capture CLI run."""
     import psutil
 
-    proc = subprocess.Popen([sys.executable, "-m", "sglang_eagle3.capture", "--data",
-                             str(data), "--out", str(out), "--hidden-state-layout", FC,
-                             "--server", url, "--no-progress", "--json"],
-                            stdout=subprocess.PIPE, env=ENV)  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", TRACED, "--data", str(data), "--out",
+                             str(out), "--hidden-state-layout", FC, "--server", url,
+                             "--no-progress", "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=ENV, text=True)  # fmt: skip
     ps, peak = psutil.Process(proc.pid), 0
     while proc.poll() is None:
         try:
@@ -91,7 +101,11 @@ def peak_rss(url: str, data: Path, out: Path) -> tuple[int, dict]:
         except psutil.NoSuchProcess:
             break
         time.sleep(0.02)
-    return peak, json.loads(proc.stdout.read())
+    stdout, stderr = proc.communicate()
+    if proc.returncode:
+        raise RuntimeError(stderr[-2000:])
+    traced = int(stderr.rsplit("traced-peak", 1)[1].split()[0])
+    return peak, traced, json.loads(stdout)
 
 
 def main() -> int:
@@ -99,7 +113,12 @@ def main() -> int:
     p.add_argument("--samples", type=int, default=64)
     p.add_argument("--chars", type=int, default=2000, help="characters a sample")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--memory-samples", type=int, default=500)
+    p.add_argument(
+        "--memory-samples",
+        type=int,
+        default=1000,
+        help="memory check: N and 4N samples (N >= 1000, one index record batch)",
+    )
     p.add_argument("--out-dir", type=Path, default=Path("benchmarks/results/capture"))
     args = p.parse_args()
     from transformers import AutoTokenizer
@@ -144,11 +163,12 @@ def main() -> int:
         mem = {}
         for n in (args.memory_samples, args.memory_samples * 4):
             short.write_text("".join(json.dumps({"text": t}) + "\n" for t in rows[:n]))
-            mem[n] = peak_rss(srv.url, short, args.out_dir / f"mem{n}")
+            mem[n] = peak_memory(srv.url, short, args.out_dir / f"mem{n}")
     finally:
         srv.stop()
-    (n1, (rss1, s1)), (n4, (rss4, s4)) = mem.items()
+    (n1, (rss1, heap1, s1)), (n4, (rss4, heap4, s4)) = mem.items()
     per_sample = (rss4 - rss1) / (n4 - n1)
+    heap_per_sample = (heap4 - heap1) / (n4 - n1)
     import numpy as np
 
     # the CLI's index: int32 ids and uint8 masks a sample, each array with its object header
@@ -158,7 +178,9 @@ def main() -> int:
                      "json_bytes_vs_raw")}  # fmt: skip
     med["capture_tok_s"] = statistics.median(r["capture"]["tok_s"] for r in records)
     summary = {"medians": med, "memory": {"samples": [n1, n4], "peak_rss": [rss1, rss4],
-               "rss_per_extra_sample": per_sample, "index_bytes_per_sample": index}}  # fmt: skip
+               "rss_per_extra_sample": per_sample, "traced_peak": [heap1, heap4],
+               "traced_per_extra_sample": heap_per_sample,
+               "index_bytes_per_sample": index}}  # fmt: skip
     with (args.out_dir / "bench_capture.jsonl").open("w") as f:
         for rec in records:
             f.write(json.dumps(rec) + "\n")
@@ -174,8 +196,9 @@ def main() -> int:
           f"| `python -m sglang_eagle3.capture` (files) | {med['capture_tok_s']:.0f} | "
           f"{med['capture_vs_plain']:.2f} | {med['file_bytes_vs_raw']:.3f} |", "",
           f"Memory: peak RSS {rss1 / 2**20:.0f} MiB for {n1} samples, {rss4 / 2**20:.0f} MiB for "
-          f"{n4}: {per_sample:.0f} bytes a sample more, against an index of {index:.0f} bytes "
-          "a sample (ids and loss masks)."]  # fmt: skip
+          f"{n4}: {per_sample:.0f} bytes a sample more. Python heap peak (tracemalloc) "
+          f"{heap1 / 2**20:.1f} MiB and {heap4 / 2**20:.1f} MiB: {heap_per_sample:.0f} bytes a "
+          f"sample more, against an index of {index:.0f} bytes a sample."]  # fmt: skip
     (args.out_dir / "bench_capture.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return 0
