@@ -32,7 +32,7 @@ from sglang_eagle3.bench.client import run_batch  # noqa: E402
 from sglang_eagle3.bench.prompts import BUILT_IN  # noqa: E402
 from sglang_eagle3.bench.servers import ServerSpec, live_server  # noqa: E402
 from sglang_eagle3.tune.grid import Setting, grid, parse_range  # noqa: E402
-from sglang_eagle3.tune.measure import plain_argv, timed_prompts  # noqa: E402
+from sglang_eagle3.tune.measure import per_request, plain_argv, timed_prompts  # noqa: E402
 
 SEED = Setting(15, 1, 16)  # the seed's slow try: 15 steps, 16 draft tokens
 
@@ -45,17 +45,14 @@ def tok_s(url: str, c: int, max_new_tokens: int, detail: dict) -> float:
     batch = run_batch(url, timed_prompts(BUILT_IN, c), params, c)
     if batch.errors:
         raise RuntimeError(batch.errors[0])
-    speeds, accepts, cycles = [], [], []
+    speeds, per = [], []
     for r in batch.results:
         first = next(t for t, n in r.timing.chunks if n > 0)
-        tokens = int(r.meta_info["completion_tokens"])
-        verifies = int(r.meta_info.get("spec_verify_ct") or 0)
-        speeds.append((tokens - 1) / (r.end - first))
-        cycles.append((r.end - first) / (verifies or tokens - 1))
-        if verifies:
-            accepts.append(tokens / verifies)
+        speeds.append((int(r.meta_info["completion_tokens"]) - 1) / (r.end - first))
+        per.append(per_request(r, speculative=bool(r.meta_info.get("spec_verify_ct"))))
+    accepts = [a for _, a in filter(None, per) if a is not None]
     detail[c] = {"accept_length": statistics.median(accepts) if accepts else None,
-                 "cycle_s": statistics.median(cycles)}  # fmt: skip
+                 "cycle_s": statistics.median(x for x, _ in filter(None, per))}  # fmt: skip
     return statistics.median(speeds)
 
 

@@ -109,14 +109,19 @@ def _one(src: Source, store: Store, sid: int, ids, width: tuple[int, int]) -> tu
     return dst.stat().st_size, _identity(dst)
 
 
-def _identity(path: Path) -> str:
-    """A file's manifest without its own token count: the same for every file of one set."""
+def _file_manifest(path: Path) -> dict:
+    """The manifest a server wrote into one file's safetensors metadata ({} when none)."""
     from safetensors import safe_open
 
     from sglang_eagle3.data.manifest import MANIFEST_KEY
 
     with safe_open(str(path), "pt") as f:
-        meta = json.loads((f.metadata() or {}).get("sglang_eagle3", "{}")).get(MANIFEST_KEY, {})
+        return json.loads((f.metadata() or {}).get("sglang_eagle3", "{}")).get(MANIFEST_KEY, {})
+
+
+def _identity(path: Path) -> str:
+    """A file's manifest without its own token count: the same for every file of one set."""
+    meta = _file_manifest(path)
     return json.dumps({k: v for k, v in meta.items() if k != "tokens"}, sort_keys=True)
 
 
@@ -164,12 +169,9 @@ def _capture_all(sources, store, ids, todo, width, args) -> tuple[int, list[int]
 
 def _manifest(store: Store, ids: list[list[int]]):
     """The set's manifest: the first file's (written by the server), with the set's counts."""
-    from safetensors import safe_open
+    from sglang_eagle3.data.manifest import DataManifest
 
-    from sglang_eagle3.data.manifest import MANIFEST_KEY, DataManifest
-
-    with safe_open(str(store.path(0)), "pt") as f:
-        meta = json.loads((f.metadata() or {})["sglang_eagle3"])[MANIFEST_KEY]
+    meta = _file_manifest(store.path(0))
     meta.update(samples=len(ids), tokens=sum(map(len, ids)))
     return DataManifest.load(meta, path=str(store.path(0)))
 

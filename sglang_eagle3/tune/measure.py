@@ -22,7 +22,7 @@ ROUNDS = 3  # requests per concurrency slot; the median is taken over all of the
 TIMING = "request timing: streamed greedy requests (SGLang 0.5.23 exports no per-phase times)"
 
 
-def _per_request(r: RequestResult, speculative: bool) -> tuple[float, float | None] | None:
+def per_request(r: RequestResult, speculative: bool) -> tuple[float, float | None] | None:
     """(seconds per cycle or plain step, accept length) of one request; None when too short."""
     first = next((t for t, n in r.timing.chunks if n > 0), None)
     tokens = int(r.meta_info.get("completion_tokens", 0))
@@ -59,7 +59,7 @@ def measure_url(
         if batch.errors:
             raise WiringError(f"the server at {url} failed: {batch.errors[0]}",
                               fix="check its log")  # fmt: skip
-        per = [x for r in batch.results if (x := _per_request(r, setting is not None))]
+        per = [x for r in batch.results if (x := per_request(r, setting is not None))]
         if not per:
             raise WiringError(f"no timed request at concurrency {c} from {url}",
                               fix="raise --max-new-tokens")  # fmt: skip
