@@ -14,7 +14,7 @@ from conftest_helpers_layout import flat_config, make_flat_draft, run_main, writ
 
 from sglang_eagle3.tune.cost import CostModel, Measured, accept_scale, break_even, fit
 from sglang_eagle3.tune.grid import Setting, grid, parse_range
-from sglang_eagle3.tune.report import adaptive_config, predict, verdict
+from sglang_eagle3.tune.report import adaptive_config, adaptive_flags, predict, verdict
 
 TRUE = CostModel(p0=0.010, p1=0.002, v1=0.0004, t0=0.004, d0=0.003, d1=0.0005)
 
@@ -57,16 +57,33 @@ def test_break_even_and_the_sentence_when_speculation_cannot_pay():
 
 
 @pytest.mark.sglang
-def test_adaptive_config_is_what_sglang_loads(tmp_path):
+def test_adaptive_config_is_what_sglang_loads_and_its_flags_are_what_it_accepts(tmp_path):
     profile = {Setting(s, 1, s + 1): 1 + 0.6 * (1 - 0.5**s) / 0.5 for s in range(1, 8)}
     cfg = adaptive_config(TRUE, profile, (1, 8, 32))
-    path = write_json(tmp_path / "adaptive.json", cfg)
-    code = ("import sys; from sglang.srt.speculative.adaptive_spec_params import "
-            "_load_adaptive_config as f; print(sorted(f(sys.argv[1])[1]))")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
-    assert out.returncode == 0 and out.stdout.strip() == "[1, 8, 32]", out.stderr[-2000:]
     assert all(e["candidate_steps"] for e in cfg.values())
+    # SGLang 0.5.23 refuses a --speculative-num-steps outside the union of the candidates (the
+    # CI failure of stop 33: the tuner's config [0, 2, 3] served at steps 1)
+    cases = {"tuned": cfg, "plain first": {"1": {"candidate_steps": [0]},
+                                           "8": {"candidate_steps": [0, 2, 3]}}}  # fmt: skip
+    code = ("import json, sys; from sglang.srt.speculative.adaptive_spec_params import "
+            "_load_adaptive_config as f, resolve_candidate_steps_from_config as u\n"
+            "for p in sys.argv[1:]: print(json.dumps([sorted(f(p)[1]), u(p)]))")  # fmt: skip
+    paths = [str(write_json(tmp_path / f"{i}.json", c)) for i, c in enumerate(cases.values())]
+    out = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    loaded = [json.loads(line) for line in out.stdout.splitlines()]
+    assert loaded[0][0] == [1, 8, 32] and loaded[1][0] == [1, 8]
+    for (name, c), (_, union) in zip(cases.items(), loaded, strict=True):
+        flags = adaptive_flags(c).split()
+        steps = int(flags[flags.index("--speculative-num-steps") + 1])
+        assert steps in union and steps > 0, name
+        assert (
+            flags[-1] == "--speculative-adaptive"
+            and Setting(steps, 1, steps + 1).flags == flags[:6]
+        ), name
+    assert adaptive_flags(cases["plain first"]).startswith("--speculative-num-steps 2 ")
+    assert adaptive_flags({"1": {"candidate_steps": [0]}, "8": {"candidate_steps": [0]}}) is None
 
 
 def test_the_grid_follows_sglangs_rules():
@@ -171,15 +188,17 @@ def test_a_real_tune_then_its_pick_and_adaptive_config_serve_losslessly(
         assert e["tok_s"] == pytest.approx(e["accept_length"] / e["cycle_s"], rel=0.01)
         assert abs(sum(e["shares"].values()) - 1) < 0.01
         assert e["pays"] == (e["accept_length"] > e["break_even_accept_length"])
-    # the pick, with SGLang's adaptive mode on the config the tuner wrote
-    flags = result["per_concurrency"]["1"]["flags"].split()
-    if flags[0] != "no":
-        spec_flags = flags
-    else:  # speculation cannot pay here: serve the shortest chain the config adapts from
-        spec_flags = Setting(1, 1, 2).flags
+    # SGLang's adaptive mode on the config the tuner wrote, with the flags it printed for it
+    config = json.loads(adaptive.read_text())
+    assert config == result["adaptive_config"] and set(config) == {"1", "2"}
+    if result["adaptive_flags"] is None:  # nothing drafts at any concurrency: plain must win
+        assert all(e["candidate_steps"] == [0] for e in config.values())
+        assert all(row["flags"].startswith("no speculation")
+                   for row in result["per_concurrency"].values())  # fmt: skip
+        return
+    spec_flags = result["adaptive_flags"].split()
     srv = module_server_factory(
-        d.target_dir, [*spec[3:], *spec_flags, "--speculative-adaptive",
-                       "--speculative-adaptive-config", str(adaptive)],
+        d.target_dir, [*spec[3:], *spec_flags, "--speculative-adaptive-config", str(adaptive)],
         name="tuned", module="sglang_eagle3.launch",
     )  # fmt: skip
     for prompt, want in result["plain_outputs"].items():

@@ -83,6 +83,20 @@ def adaptive_config(model: CostModel, profile: dict[Setting, float], concurrenci
     return out
 
 
+def adaptive_flags(config: dict) -> str | None:
+    """The flags that serve ``config``: SGLang 0.5.23 refuses a --speculative-num-steps outside
+    the union of its candidate steps. It starts from the lowest batch size's longest chain, as
+    a lone request is where drafting pays most; None where the config never drafts."""
+    if not config:
+        return None
+    lowest = [s for s in config[min(config, key=int)]["candidate_steps"] if s]
+    union = sorted({s for e in config.values() for s in e["candidate_steps"] if s})
+    steps = max(lowest) if lowest else union[0] if union else None
+    if steps is None:
+        return None
+    return " ".join([*Setting(steps, 1, steps + 1).flags, "--speculative-adaptive"])
+
+
 def measured_rows(measured: list[Measured]) -> list[dict]:
     return [{"steps": m.steps, "topk": m.topk, "draft_tokens": m.draft_tokens,
              "concurrency": m.concurrency, "seconds": round(m.seconds, 6),
@@ -118,6 +132,11 @@ def render(result: dict) -> str:
                      f"tok/s (accept {e['accept_length']}, break-even "
                      f"{e['break_even_accept_length']}; draft steps "
                      f"{e['shares']['draft_steps']:.0%} of the cycle)")  # fmt: skip
+    if "adaptive_config" in result:
+        flags = result["adaptive_flags"]
+        lines.append(f"adaptive config: serve with {flags} --speculative-adaptive-config FILE"
+                     if flags else "adaptive config: it never drafts; serve without "
+                     "--speculative-algorithm")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -146,6 +165,7 @@ def build_result(
             "top": [p.to_dict() for p in preds[:5]],
             "why": explain(model, best),
         }
+    config = adaptive_config(model, grid_profile, concurrency)
     explains = []
     for s in explained:
         for c in concurrency:
@@ -159,6 +179,7 @@ def build_result(
         "measured": measured_rows(measured),
         "per_concurrency": per,
         "explained": explains,
-        "adaptive_config": adaptive_config(model, grid_profile, concurrency),
+        "adaptive_config": config,
+        "adaptive_flags": adaptive_flags(config),
         "predictions": every,
     }
