@@ -13,7 +13,8 @@ Markers follow what a test does, and are enforced here, not remembered:
   A test module importing sglang at import time is a collection error.
 - `slow`: starts servers, trains models, builds wheels or takes many seconds. A test without
   it that asks for a trained tiny model (`trained_tiny_target`, `tiny_drafter()`) fails: on a
-  fresh machine that trains for minutes.
+  fresh machine that trains for minutes. A test asking for `tiny_drafter()` is `sglang` too:
+  on a fresh machine its training data is captured through a real SGLang server.
 - `gpu`: needs CUDA; skipped without it. No other test may skip: scripts/setup_env.sh installs
   everything the tests import, so any other skip (an importorskip, a skipif) is a failure.
 
@@ -178,6 +179,21 @@ def _guard_trained_builds() -> None:
 
     guarded._tier_guard = True
     cache.tiny_target_dir = guarded
+
+    from sglang_eagle3.testing.tiny import drafter
+
+    real_drafter = drafter.tiny_drafter
+
+    def drafter_guarded(*args, **kw):
+        item = _state["item"]
+        if item is not None and "sglang" not in item.keywords:
+            raise RuntimeError(
+                f"{item.nodeid} asks for tiny_drafter() but is not marked `sglang`: on a fresh "
+                "machine its data is captured through a real SGLang server; mark it"
+            )
+        return real_drafter(*args, **kw)
+
+    drafter.tiny_drafter = drafter_guarded
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -201,6 +201,8 @@ def test_bad_input_is_one_message_and_exit_2_with_nothing_written(
     good = write_jsonl(tmp_path / "good.jsonl", corpus_rows(2))
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\n\n{"messages": [{"role": "user"}]}\n', encoding="utf-8")
+    mask = write_jsonl(tmp_path / "mask.jsonl", [{"input_ids": [5, 6, 7], "loss_mask": [1, 0]}])
+    vocab = write_jsonl(tmp_path / "vocab.jsonl", [{"input_ids": [5, 10**7]}])
     used = tmp_path / "used"
     used.mkdir()
     (used / "keep.txt").write_text("mine")
@@ -216,6 +218,10 @@ def test_bad_input_is_one_message_and_exit_2_with_nothing_written(
                        "layer:5, embed, layer:2"),
         "disk": (["--data", good, "--hidden-state-layout", FC, *srv, "--keep-free", "1e12"],
                  "GiB"),
+        "loss mask": (["--data", mask, "--hidden-state-layout", FC, *srv],
+                      'line 1: "loss_mask" must be a list of 3'),
+        "vocabulary": (["--data", vocab, "--hidden-state-layout", FC, *srv],
+                       "input id 10000000 is outside the target's vocabulary"),
         "server twice": (["--data", good, "--hidden-state-layout", FC, *srv, *srv],
                          "given twice"),
     }  # fmt: skip
@@ -236,9 +242,12 @@ def test_regenerate_captures_the_targets_own_replies(files_server, target, tmp_p
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
+    from sglang_eagle3.data.arrow import read_rows
+
     rows = [{"messages": [{"role": "user", "content": "def parse(text):"},
                           {"role": "assistant", "content": "a reply the target never gave"}]},
-            {"text": "import re\n"}]  # fmt: skip
+            {"text": "import re\n"},
+            {"input_ids": [3, 9, 4, 11], "loss_mask": [0, 1, 1, 0]}]  # fmt: skip
     data = write_jsonl(tmp_path / "data.jsonl", rows)
     out = tmp_path / "out"
     params = {"temperature": 0, "max_new_tokens": 12}
@@ -255,4 +264,9 @@ def test_regenerate_captures_the_targets_own_replies(files_server, target, tmp_p
     want = tok.apply_chat_template(saved["messages"], tokenize=True, return_dict=False)
     assert load_file(str(out / "hidden_states" / "hs_0.safetensors"))["token_ids"].tolist() == want
     assert not (out / ".capture" / "regenerated" / "1.json").exists()  # text is kept as it is
-    assert read_manifest(out).samples == 2
+    assert read_manifest(out).samples == 3
+    # token ids given as they are, with their loss mask
+    assert [(i.tolist(), m.tolist()) for _, i, m in read_rows(out)][2] == (
+        [3, 9, 4, 11],
+        [0, 1, 1, 0],
+    )

@@ -34,6 +34,7 @@ def rows_by_name(report) -> dict[str, dict]:
     return out
 
 
+@pytest.mark.sglang
 @pytest.mark.slow
 def test_declared_layout_beats_shifted_ones(drafter, doctor_report, figures):
     report = doctor_report(
@@ -112,6 +113,7 @@ def flat_copy(src: Path, dst: Path, *, keep_ids: list[int] | None = None) -> Pat
     return dst
 
 
+@pytest.mark.sglang
 @pytest.mark.slow
 def test_wrong_served_taps_exit_1(drafter, tmp_path):
     # no ids: stock SGLang 0.5.23 captures its default [2, 4, 5] = layer:1, layer:3, layer:4
@@ -141,6 +143,7 @@ def test_wrong_served_taps_exit_1(drafter, tmp_path):
     assert code == 1
 
 
+@pytest.mark.sglang
 @pytest.mark.slow
 def test_verifier_tap_not_final_layer_is_flagged(drafter, tmp_path, capsys):
     # relabel: store layer:6 where the final layer (layer:7) belongs
@@ -160,6 +163,7 @@ def test_verifier_tap_not_final_layer_is_flagged(drafter, tmp_path, capsys):
     assert "reproduces the target's greedy token for only" in text
 
 
+@pytest.mark.sglang
 @pytest.mark.slow
 def test_tiny_drafter_checkpoint_and_its_flat_copy(drafter, tmp_path):
     from safetensors import safe_open

@@ -64,6 +64,7 @@ def test_empty_prompts_file_is_one_line(random_draft, tiny_target, tmp_path, cap
     assert f"{empty}: no prompts in it" in one_error_line(capsys)
 
 
+@pytest.mark.sglang
 @pytest.mark.slow  # the trained drafter
 def test_a_prompt_past_the_targets_context_is_one_line_before_any_model_runs(
     drafter, tmp_path, capsys
@@ -129,6 +130,7 @@ def test_the_captured_taps_are_the_union_the_candidates_need(tmp_path):
 # --- in process ----------------------------------------------------------------------------
 
 
+@pytest.mark.sglang
 @pytest.mark.slow
 def test_data_free_verdict_equals_the_data_based_one(drafter, doctor_report, figures):
     free = doctor_report(DoctorOptions(str(drafter.draft_dir), target=str(drafter.target_dir),
@@ -152,6 +154,7 @@ def test_data_free_verdict_equals_the_data_based_one(drafter, doctor_report, fig
                    ["accuracy"], ".1%")  # fmt: skip
 
 
+@pytest.mark.sglang
 @pytest.mark.slow
 def test_search_without_ids_finds_the_trained_layout(drafter, tmp_path, capsys, figures):
     from tokenizers import Tokenizer

@@ -33,6 +33,7 @@ def by_name(report) -> dict[str, dict]:
     return out
 
 
+@pytest.mark.sglang
 @pytest.mark.slow
 @pytest.mark.parametrize("tree", [None, (2, 6)], ids=["chain", "tree-topk2-6"])
 def test_mla_declared_layout_ranks_first(mla, figures, tree):
@@ -60,6 +61,7 @@ def test_mla_declared_layout_ranks_first(mla, figures, tree):
     assert "fc_norm=true: honoured" in text and "norm_output=true: honoured" in text
 
 
+@pytest.mark.sglang
 @pytest.mark.slow
 def test_mla_draft_served_by_stock_sglang_is_flagged(mla, capsys):
     draft, data = mla

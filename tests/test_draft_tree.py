@@ -74,6 +74,7 @@ def _score(tree, max_samples=4):  # the chain is scored once for both tests belo
     return result
 
 
+@pytest.mark.sglang
 @pytest.mark.slow
 def test_tree_of_topk_1_is_exactly_the_chain():
     chain, tree = _score(None), _score("forced-chain")
@@ -83,6 +84,7 @@ def test_tree_of_topk_1_is_exactly_the_chain():
     assert chain.total[0] > 100
 
 
+@pytest.mark.sglang
 @pytest.mark.slow
 def test_topk_2_tree_contains_the_chain_at_depth_1():
     chain, tree = _score(None), _score((2, 6))

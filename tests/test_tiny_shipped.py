@@ -68,6 +68,7 @@ def test_a_damaged_shipped_file_is_refused(tmp_path, monkeypatch):
         embedded.restore("target", "k" * 16, tmp_path / "out")
 
 
+@pytest.mark.sglang
 @pytest.mark.slow
 def test_the_drafter_restored_on_regenerated_data_is_the_shipped_one(tmp_path, monkeypatch):
     """A fresh cache: the target and the drafter come from the package, the drafter's data

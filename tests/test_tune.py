@@ -124,6 +124,7 @@ def test_bad_input_exits_2_before_any_server(tmp_path, case, extra, message):
     assert not (tmp_path / "tune-logs").exists()  # no server started
 
 
+@pytest.mark.sglang
 @pytest.mark.slow
 def test_the_profile_walks_each_setting_as_the_doctors_replay_does():
     from sglang_eagle3.doctor.options import DoctorOptions

@@ -24,8 +24,8 @@ PROG = "python -m sglang_eagle3.capture"
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, required=True, help="JSONL: {'messages': [...]} or "
-                   "{'text': ...} a line")  # fmt: skip
+    p.add_argument("--data", type=Path, required=True, help="JSONL: {'messages': [...]}, "
+                   "{'text': ...} or {'input_ids': [...], 'loss_mask': [...]} a line")  # fmt: skip
     p.add_argument("--out", type=Path, required=True, help="the data set's directory")
     p.add_argument("--hidden-state-layout", required=True, metavar="TAPS",
                    help="the fc's taps in its input order, e.g. embed,layer:3,layer:31 "

@@ -3,9 +3,11 @@ tokenized as the target's trainer sees it.
 
 ``{"messages": [{"role": ..., "content": ...}, ...]}`` renders through the target's chat
 template, with the loss mask on the assistant turns; ``{"text": ...}`` is tokenized with the
-tokenizer's special tokens, loss mask all ones. An assistant turn's tokens are those whose
-characters fall between the render of the turns before it (with the generation prompt) and the
-render through it, so a template whose prompt and reply merge into one token still masks right.
+tokenizer's special tokens, loss mask all ones; ``{"input_ids": [...]}`` is taken as it is
+(already tokenized), with its ``"loss_mask"`` of 0s and 1s or all ones. An assistant turn's
+tokens are those whose characters fall between the render of the turns before it (with the
+generation prompt) and the render through it, so a template whose prompt and reply merge into
+one token still masks right.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from pathlib import Path
 from sglang_eagle3.errors import WiringError
 
 FORMAT_FIX = ('one JSON object a line: {"messages": [{"role": "user", "content": "..."}, '
-              '{"role": "assistant", "content": "..."}]} or {"text": "..."}')  # fmt: skip
+              '{"role": "assistant", "content": "..."}]}, {"text": "..."} or {"input_ids": '
+              '[1, 2, ...], "loss_mask": [0, 1, ...] (optional)}')  # fmt: skip
+KINDS = ("messages", "text", "input_ids")
 
 
 @dataclass(frozen=True)
@@ -26,12 +30,15 @@ class Line:
     number: int  # 1-based line in the file
     messages: tuple[dict, ...] | None
     text: str | None
+    ids: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # (input ids, loss mask)
 
 
 def _check(obj, where: str) -> Line | str:
     """The line's sample, or what is wrong with it."""
-    if not isinstance(obj, dict) or ("messages" in obj) == ("text" in obj):
-        return 'expected an object with "messages" or "text" (one of them)'
+    if not isinstance(obj, dict) or sum(k in obj for k in KINDS) != 1:
+        return 'expected an object with "messages", "text" or "input_ids" (one of them)'
+    if "input_ids" in obj:
+        return _pretokenized(obj["input_ids"], obj.get("loss_mask"))
     if "text" in obj:
         if not isinstance(obj["text"], str) or not obj["text"]:
             return '"text" must be a non-empty string'
@@ -47,6 +54,21 @@ def _check(obj, where: str) -> Line | str:
     if not any(m["role"] == "assistant" for m in msgs):
         return "no assistant turn: nothing to train on (the loss mask would be all zeros)"
     return Line(0, tuple({"role": m["role"], "content": m["content"]} for m in msgs), None)
+
+
+def _pretokenized(ids, mask) -> Line | str:
+    def ints(v) -> bool:
+        return isinstance(v, list) and all(type(x) is int for x in v)
+
+    if not ints(ids) or not ids or min(ids) < 0:
+        return '"input_ids" must be a non-empty list of token ids (non-negative integers)'
+    if mask is None:
+        mask = [1] * len(ids)
+    if not ints(mask) or len(mask) != len(ids) or not set(mask) <= {0, 1}:
+        return f'"loss_mask" must be a list of {len(ids)} 0s and 1s, one per input id'
+    if not any(mask):
+        return "the loss mask is all zeros: nothing to train on"
+    return Line(0, None, None, (tuple(ids), tuple(mask)))
 
 
 def read_lines(path: Path) -> Iterator[Line]:
@@ -71,7 +93,7 @@ def read_lines(path: Path) -> Iterator[Line]:
                     got = _check(obj, f"{path}:{number}")
                 if isinstance(got, str):
                     raise WiringError(f"line {number}: {got}", path=str(path), fix=FORMAT_FIX)
-                yield Line(number, got.messages, got.text)
+                yield Line(number, got.messages, got.text, got.ids)
         except UnicodeDecodeError:
             raise WiringError(f"line {number + 1} is not UTF-8", path=str(path),
                               fix="save the file as UTF-8") from None  # fmt: skip
@@ -79,6 +101,12 @@ def read_lines(path: Path) -> Iterator[Line]:
 
 def tokenize(tok, line: Line, path: Path) -> tuple[list[int], list[int]]:
     """(input_ids, loss_mask) of one sample, as the trainer sees it."""
+    if line.ids is not None:
+        if max(line.ids[0]) >= len(tok):
+            raise WiringError(f"line {line.number}: input id {max(line.ids[0])} is outside the "
+                              f"target's vocabulary of {len(tok)}", path=str(path),
+                              fix="tokenize with the target's tokenizer")  # fmt: skip
+        return list(line.ids[0]), list(line.ids[1])
     if line.text is not None:
         ids = tok(line.text, add_special_tokens=True)["input_ids"]
         return list(ids), [1] * len(ids)

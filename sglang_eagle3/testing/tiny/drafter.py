@@ -2,7 +2,8 @@
 
 ``tiny_drafter()`` returns a cached :class:`TinyDrafter`: a speculators-format checkpoint
 (``save_pretrained``) trained on taps ``embed, layer:2, layer:5`` (input-to-layer ids [0, 3, 6])
-with ``layer:7`` (the final layer, pre-norm) as the verifier tap, plus its training data and an
+with ``layer:7`` (the final layer, pre-norm) as the verifier tap, plus its training data
+(captured through real SGLang by ``python -m sglang_eagle3.capture``, manifest included) and an
 evaluation set that stores every hidden state (``embed, layer:0 .. layer:7``), both in
 speculators' data layout. speculators' defaults are kept where they matter:
 ``norm_before_residual=True``, 3 TTT steps; the draft vocabulary is the target's, so the
@@ -94,7 +95,11 @@ def build_tiny_drafter(
 def _build(out_dir: Path, recipe: DrafterRecipe, target_dir: Path, key: str | None) -> Path:
     from sglang_eagle3.checkpoint.hf_target import load_hf_target
     from sglang_eagle3.testing.tiny import embedded
-    from sglang_eagle3.testing.tiny.drafter_data import token_windows, write_target_data
+    from sglang_eagle3.testing.tiny.drafter_data import (
+        capture_target_data,
+        token_windows,
+        write_target_data,
+    )
 
     t0 = time.monotonic()
     target = load_hf_target(target_dir)
@@ -104,9 +109,12 @@ def _build(out_dir: Path, recipe: DrafterRecipe, target_dir: Path, key: str | No
     train_w = token_windows(tok, "train", recipe.train_sequences, length, recipe.seed, budget)
     eval_w = token_windows(tok, "heldout", recipe.eval_sequences, length, recipe.seed, budget)
     fc_taps = parse_taps(list(recipe.taps))
-    train_taps = (*fc_taps, Tap(n))  # speculators: the fc taps, then the final layer
+    # speculators' order: the fc taps, then the final layer (the capture's verifier tap)
+    train_digest, captured = capture_target_data(
+        target_dir, train_w, out_dir / "data" / "train", fc_taps
+    )
     digests = {
-        "train": write_target_data(target, train_w, out_dir / "data" / "train", train_taps),
+        "train": train_digest,
         "eval": write_target_data(
             target, eval_w, out_dir / "data" / "eval", [Tap(k) for k in range(n + 1)]
         ),
@@ -122,6 +130,7 @@ def _build(out_dir: Path, recipe: DrafterRecipe, target_dir: Path, key: str | No
         record = _train(out_dir, recipe, target_dir, target)
     record.update(
         target_dir=str(target_dir),
+        train_data_capture={k: captured[k] for k in ("samples", "tokens", "taps", "tok_s")},
         data_digests=digests,
         data_seconds=round(data_seconds, 1),
         build_seconds=round(time.monotonic() - t0, 1),

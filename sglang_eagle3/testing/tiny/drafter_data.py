@@ -1,14 +1,22 @@
 """Training and evaluation data for the tiny drafter, taken from the tiny target on stdlib text.
 
-Taps are Hugging Face ``output_hidden_states`` entries (hs[k] = input of layer k), except the
-final layer's output, which is taken BEFORE the final norm with a hook on ``model.norm``:
-HF's last hidden state is post-norm, while speculators (and SGLang/vLLM capture) use the
-pre-norm value and apply the target's norm themselves.
+The training data is made the way a user makes theirs: ``python -m sglang_eagle3.capture`` on
+a real CPU SGLang server (about 35 s: a server start, then 32k tokens), its layout recorded in
+its manifest. The evaluation set, every hidden state, is the doctor's own in-process capture.
+Taps of the in-process capture are Hugging Face ``output_hidden_states`` entries (hs[k] =
+input of layer k), except the final layer's output, which is taken BEFORE the final norm with a
+hook on ``model.norm``: HF's last hidden state is post-norm, while speculators (and SGLang/vLLM
+capture) use the pre-norm value and apply the target's norm themselves.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -70,3 +78,35 @@ def write_target_data(
                 writer.add(row, ids)
                 digest.update(row.numpy().tobytes())
     return digest.hexdigest()[:16]
+
+
+def capture_target_data(
+    target_dir: Path,
+    windows: torch.Tensor,  # [B, L]
+    out_dir: Path,
+    fc_taps: Sequence[Tap],
+) -> tuple[str, dict]:
+    """Write ``windows`` through the capture CLI on a real CPU SGLang server (the fc taps, then
+    the verifier tap); returns a digest of the hidden states and the CLI's summary."""
+    from sglang_eagle3.data.train_data import TrainData
+
+    with tempfile.TemporaryDirectory(prefix="tiny-drafter-capture-") as tmp:
+        data = Path(tmp) / "windows.jsonl"
+        data.write_text("".join(json.dumps({"input_ids": w}) + "\n" for w in windows.tolist()))
+        cmd = [sys.executable, "-m", "sglang_eagle3.capture", "--data", str(data), "--out",
+               str(out_dir), "--hidden-state-layout", ",".join(str(t) for t in fc_taps),
+               "--model-path", str(target_dir), "--cpu", "--dtype", "float32", "--no-progress",
+               "--json", "--log-dir", str(Path(tmp) / "logs"), "--concurrency", "1"]  # fmt: skip
+        # one request at a time on one thread: batches of other sizes add in other orders, and
+        # the shipped draft is checked against a digest of this data
+        got = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+        if got.returncode != 0:
+            logs = "".join(p.read_text()[-3000:] for p in sorted(Path(tmp, "logs").glob("*")))
+            raise RuntimeError(f"capturing the tiny drafter's data failed ({' '.join(cmd)}):\n"
+                               f"{got.stderr[-3000:]}\n{logs}")  # fmt: skip
+    summary = json.loads(got.stdout)
+    digest = hashlib.sha256()
+    for sample in TrainData(out_dir):
+        digest.update(sample.hidden_states.numpy().tobytes())
+    return digest.hexdigest()[:16], summary
