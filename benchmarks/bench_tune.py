@@ -5,7 +5,10 @@
 1. `python -m sglang_eagle3.tune` on the trained tiny target and drafter (its wall time).
 2. Every setting of the same grid, plus the seed's (15 steps, topk 1, 16 draft tokens) and
    plain decoding, each on its own server through the launcher, one at a time, measured at
-   each concurrency (the grid's wall time).
+   each concurrency (the grid's wall time: one pass). ``--passes`` repeats the whole grid,
+   every server started again, in reversed order every other pass; a setting's tok/s is its
+   median over the passes. On 2 shared cores one server start can be 30 % off another of the
+   same setting, and the best of 30 single starts is partly the luckiest one.
 3. The tuner's pick against the grid's best measured tok/s, predicted against measured tok/s
    for every setting, and the two wall times. Writes bench_tune.json, bench_tune.md (the
    table benchmarks/README.md quotes) and bench_tune.png (predicted against measured).
@@ -56,15 +59,20 @@ def tok_s(url: str, c: int, max_new_tokens: int, detail: dict) -> float:
     return statistics.median(speeds)
 
 
-def brute_force(args, launch: list[str], settings: list[Setting | None], detail: dict) -> dict:
+def brute_force(args, launch: list[str], settings: list[Setting | None], detail: dict,
+                walls: dict) -> dict:  # fmt: skip
+    """One pass: each setting's server started, timed at each concurrency, stopped."""
     out = {}
     for s in settings:
+        t0 = time.monotonic()
         name = "plain" if s is None else f"s{s.steps}k{s.topk}n{s.draft_tokens}"
         argv = plain_argv(launch) if s is None else s.on(launch)
         spec = ServerSpec(name, None, argv[argv.index("--model-path") + 1], tuple(argv))
-        got = detail.setdefault(name, {})
+        got = {}
+        detail.setdefault(name, []).append(got)
         with live_server(spec, args.out_dir / "logs") as url:
             out[name] = {c: tok_s(url, c, args.max_new_tokens, got) for c in args.concurrency}
+        walls[name] = time.monotonic() - t0
         print(f"{name}: " + ", ".join(f"c={c} {v:.1f} tok/s" for c, v in out[name].items()),
               flush=True)  # fmt: skip
     return out
@@ -78,6 +86,7 @@ def main() -> int:
     p.add_argument("--topk", default="1-2")
     p.add_argument("--max-draft-tokens", type=int, default=6)
     p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--passes", type=int, default=3, help="grid passes; medians are compared")
     args = p.parse_args()
     args.concurrency = parse_range(args.concurrency, "--concurrency")
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -101,14 +110,25 @@ def main() -> int:
     result = json.loads(tuned.stdout)
     settings = grid(parse_range(args.steps, "--steps"), parse_range(args.topk, "--topk"),
                     args.max_draft_tokens, [], "DeepseekV3ForCausalLM")  # fmt: skip
+    if args.passes < 1:
+        p.error("--passes must be >= 1")
     os.environ["OMP_NUM_THREADS"] = "1"
-    t0 = time.monotonic()
     detail: dict = {}
-    measured = brute_force(args, launch, [None, *settings], detail)
-    grid_wall = time.monotonic() - t0
-    measured.update(brute_force(args, launch, [SEED], detail))
+    passes, walls = [], []
+    for i in range(args.passes):
+        order = [None, *settings, SEED]
+        walls.append({})
+        passes.append(brute_force(args, launch, order[::-1] if i % 2 else order, detail,
+                                  walls[-1]))  # fmt: skip
+    measured = {name: {c: statistics.median(m[name][c] for m in passes) for c in args.concurrency}
+                for name in passes[0]}  # fmt: skip
+    # brute force costs one pass over plain and the grid (the seed is not in the grid)
+    grid_wall = sum(w for name, w in walls[0].items() if name != _key(SEED))
     report = compare(result, measured, settings, args.concurrency, tune_wall, grid_wall)
-    report["grid_detail"] = detail  # served accept length and cycle time of every server
+    report["passes"] = [{k: {c: round(v, 2) for c, v in m.items()} for k, m in p_.items()}
+                        for p_ in passes]  # fmt: skip
+    report["pass_walls_s"] = [round(sum(w.values()), 1) for w in walls]
+    report["grid_detail"] = detail  # served accept length and cycle time of every server start
     report["tuner"] = result  # its fit points, profile check and every prediction
     (args.out_dir / "bench_tune.json").write_text(json.dumps(report, indent=2) + "\n")
     (args.out_dir / "bench_tune.md").write_text(markdown(report))
