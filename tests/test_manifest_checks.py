@@ -34,16 +34,18 @@ DATA_TAPS = ["embed", "layer:3", "layer:5"]  # what the data says the fc was tra
 STAMP = "python -m sglang_eagle3.layout: error:"
 
 
-def write_data(path: Path, fc: list[str] | None, *, stored: list[str] | None = None) -> Path:
+def write_data(path: Path, fc: list[str] | None, *, stored: list[str] | None = None,
+               layers: int = LAYERS) -> Path:  # fmt: skip
     """Two samples of random hidden states stored as speculators does (fc taps, verifier
-    last); ``fc``: the manifest's fc taps (None: data without a manifest)."""
+    last); ``fc``: the manifest's fc taps (None: data without a manifest); ``layers``: the
+    depth of the target the manifest says it was captured from."""
     taps = stored or [*(fc or DATA_TAPS), VERIFIER]
     with TrainDataWriter(path, taps=taps, num_layers=LAYERS) as w:
         for _ in range(2):
             w.add(torch.randn(16, len(taps), HIDDEN), torch.randint(0, 1024, (16,)))
     if fc is not None:  # what python -m sglang_eagle3.capture writes next to the data
         cfg = json.loads((TARGET / "config.json").read_text())
-        target = TargetRecord(architecture=cfg["architectures"][0], num_layers=LAYERS,
+        target = TargetRecord(architecture=cfg["architectures"][0], num_layers=layers,
                               hidden_size=HIDDEN, config_sha256=config_sha256(cfg))  # fmt: skip
         manifest = DataManifest(fc_taps=tuple(fc), verifier=VERIFIER, target=target,
                                 sglang=SGLANG_VERSION, sglang_eagle3=__version__,
@@ -200,7 +202,20 @@ def test_launcher_serves_the_stamped_copy_and_notes_unchecked_data(tmp_path, shi
     assert code == 0, err
     plan = json.loads(text)
     assert plan["layout"] == DATA_TAPS
-    assert f"--training-data {data}: its manifest's fc taps are the served layout" in plan["notes"]
+    assert (
+        f"--training-data {data}: its manifest's fc taps are the served layout, captured "
+        "from a DeepseekV3ForCausalLM of 8 layers, as served"
+    ) in plan["notes"]
+    # the same taps, captured from a deeper target: layer:5 was another tensor there
+    deeper = write_data(tmp_path / "deeper", DATA_TAPS, layers=12)
+    code, text, err = launch(capsys, "--dry-run", *serve(out, tmp_path), "--training-data",
+                             deeper)  # fmt: skip
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert (
+        f"captured from a DeepseekV3ForCausalLM of 12 layers (manifest of {deeper}), but "
+        "this launch serves a DeepseekV3ForCausalLM of 8 layers"
+    ) in err
+    assert "capture the data again from this one" in err
     bare = write_data(tmp_path / "bare", None, stored=[*DRAFT_TAPS, VERIFIER])
     code, text, err = launch(capsys, "--dry-run", *serve(shipped["speculators"], tmp_path),
                              "--training-data", bare)  # fmt: skip
