@@ -137,6 +137,16 @@ def _same_set(want: tuple[str, str] | None, got: str, where: str) -> tuple[str, 
                       "and version (a new --out for the other)")  # fmt: skip
 
 
+def _todo(count: int, have: set[int]):
+    """The sample ids still to capture, in order, as one int64 array (8 bytes a sample: a
+    list of ints would hold 40)."""
+    import numpy as np
+
+    done = np.zeros(count, dtype=bool)
+    done[[s for s in have if s < count]] = True
+    return np.flatnonzero(~done)
+
+
 def _capture_all(sources, store, ids, todo, width, args) -> tuple[int, list[int]]:
     """Every sample in ``todo``, ``concurrency`` in flight per server: (bytes written, samples
     each server captured)."""
@@ -144,15 +154,16 @@ def _capture_all(sources, store, ids, todo, width, args) -> tuple[int, list[int]
 
     bar = tqdm(total=sum(len(ids[s]) for s in todo), unit="tok", unit_scale=True,
                desc="capture", file=sys.stderr, disable=args.no_progress)  # fmt: skip
-    written, queue, per_server = 0, list(reversed(todo)), [0] * len(sources)
+    written, per_server = 0, [0] * len(sources)
+    pending, left = iter(todo), len(todo)
     first = store.path(0)  # a resumed set's files are compared with the ones already in
     want = (_identity(first), str(first)) if first.is_file() else None
     workers = args.concurrency * len(sources)
     with bar, ThreadPoolExecutor(workers) as pool:
         running: dict = {}
-        while queue or running:
-            while queue and len(running) < workers:
-                sid = queue.pop()
+        while left or running:
+            while left and len(running) < workers:
+                sid, left = int(next(pending)), left - 1
                 src = sources[sid % len(sources)]
                 running[pool.submit(_one, src, store, sid, ids[sid], width)] = sid
             done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -219,7 +230,7 @@ def capture(args: argparse.Namespace, rest: list[str], fc: tuple[Tap, ...]) -> d
                     for _, line in _selected(args))  # fmt: skip
         extra = turns * params["max_new_tokens"]
     have = _files_in(args.out) if args.resume else set()
-    todo = [s for s in range(len(ids)) if s not in have]
+    todo = _todo(len(ids), have)
     _check_disk(args.out, sum(len(ids[s]) for s in todo) + extra, len(todo), width,
                 args.keep_free)  # fmt: skip
     run = {"data": str(args.data.resolve()), "data_sha256": file_sha256(args.data),
@@ -232,7 +243,7 @@ def capture(args: argparse.Namespace, rest: list[str], fc: tuple[Tap, ...]) -> d
             _regenerate(args, sources, tok, store, params)
             ids, masks = _index(args, tok, store.regenerated)
         have = store.done(src.folder for src in sources)
-        todo = [s for s in range(len(ids)) if s not in have]
+        todo = _todo(len(ids), have)
         start = time.monotonic()
         written, per_server = _capture_all(sources, store, ids, todo, (len(stored), hidden),
                                            args)  # fmt: skip
