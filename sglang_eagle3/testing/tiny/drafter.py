@@ -176,7 +176,7 @@ def drafter_key(recipe: DrafterRecipe, target_dir: Path) -> str:
 def tiny_drafter(
     recipe: DrafterRecipe | None = None, *, root: Path | str | None = None
 ) -> TinyDrafter:
-    """The cached tiny drafter (built on first use: its data in about 10 s, the draft
+    """The cached tiny drafter (built on first use: its data in about 60 s, the draft
     restored from the package, or trained for about 5 minutes when its builder changed)."""
     from sglang_eagle3.testing.tiny.cache import cache_root, tiny_target_dir
 

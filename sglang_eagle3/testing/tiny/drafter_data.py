@@ -1,7 +1,7 @@
 """Training and evaluation data for the tiny drafter, taken from the tiny target on stdlib text.
 
 The training data is made the way a user makes theirs: ``python -m sglang_eagle3.capture`` on
-a real CPU SGLang server (about 35 s: a server start, then 32k tokens), its layout recorded in
+a real CPU SGLang server (57 to 65 s here: a server start, then 32k tokens), its layout recorded in
 its manifest. The evaluation set, every hidden state, is the doctor's own in-process capture.
 Taps of the in-process capture are Hugging Face ``output_hidden_states`` entries (hs[k] =
 input of layer k), except the final layer's output, which is taken BEFORE the final norm with a
