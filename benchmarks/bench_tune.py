@@ -3,19 +3,21 @@
     python benchmarks/bench_tune.py [--out-dir benchmarks/results/tune]
 
 1. `python -m sglang_eagle3.tune` on the trained tiny target and drafter (its wall time).
-2. Every setting of the same grid, plus the seed's (15 steps, topk 1, 16 draft tokens) and
-   plain decoding, each on its own server through the launcher, one at a time, measured at
-   each concurrency (the grid's wall time: one pass). ``--passes`` repeats the whole grid,
-   every server started again, in reversed order every other pass; a setting's tok/s is its
-   median over the passes. On 2 shared cores one server start can be 30 % off another of the
-   same setting, and the best of 30 single starts is partly the luckiest one.
+2. Every setting of the same grid, plus the seed's (15 steps, topk 1, 16 draft tokens), each on
+   its own server through the launcher, one at a time, timed as the tuner times its servers:
+   in rounds against one plain reference server alive for the whole run (the grid's wall time:
+   one pass). A setting's tok/s is the median over its rounds of its speed over the
+   reference's in the same round, times the reference's median over the run (drift on these
+   2 shared cores moves one server's batch medians by up to 50 % within two minutes; a round
+   pairs two batches seconds apart). ``--passes`` repeats the grid, every server started
+   again, in reversed order every other pass, and pools each setting's rounds.
 3. The tuner's pick against the grid's best measured tok/s, predicted against measured tok/s
-   for every setting, and the two wall times. Writes bench_tune.json, bench_tune.md (the
+   for every setting (and predicted against measured speedup over plain, each over the plain
+   server timed with it), and the two wall times. Writes bench_tune.json, bench_tune.md (the
    table benchmarks/README.md quotes) and bench_tune.png (predicted against measured).
 
 Decode speed is per request: (tokens - 1) / (time after the first token), the median over a
-concurrency's requests (every built-in prompt equally often, at least 3 x c; c in flight), after
-one warm-up request per server, timed as the tuner times its own servers.
+round's requests (c in flight), after one warm-up pass over the prompts per server.
 """
 
 from __future__ import annotations
@@ -31,51 +33,55 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a bare checkout
 
-from sglang_eagle3.bench.client import run_batch  # noqa: E402
+from sglang_eagle3.bench.client import BatchResult, run_batch  # noqa: E402
 from sglang_eagle3.bench.prompts import BUILT_IN  # noqa: E402
 from sglang_eagle3.bench.servers import ServerSpec, live_server  # noqa: E402
 from sglang_eagle3.tune.grid import Setting, grid, parse_range  # noqa: E402
-from sglang_eagle3.tune.measure import per_request, plain_argv, timed_prompts  # noqa: E402
+from sglang_eagle3.tune.measure import (  # noqa: E402
+    drift_corrected,
+    per_request,
+    plain_argv,
+    timed_rounds,
+)
 
 SEED = Setting(15, 1, 16)  # the seed's slow try: 15 steps, 16 draft tokens
 
 
-def tok_s(url: str, c: int, max_new_tokens: int, detail: dict) -> float:
-    """Median decode tok/s per request; ``detail`` gets the median served accept length and
-    seconds per verify (per decode step when plain), to tell acceptance from cost errors."""
-    params = {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}
-    run_batch(url, list(BUILT_IN[:1]), params, 1)  # warm-up
-    batch = run_batch(url, timed_prompts(BUILT_IN, c), params, c)
-    if batch.errors:
-        raise RuntimeError(batch.errors[0])
+def speed(batch: BatchResult) -> tuple[float, float | None, float]:
+    """(median tok/s per request, median accept length, median seconds per verify or step)."""
     speeds, per = [], []
     for r in batch.results:
         first = next(t for t, n in r.timing.chunks if n > 0)
         speeds.append((int(r.meta_info["completion_tokens"]) - 1) / (r.end - first))
         per.append(per_request(r, speculative=bool(r.meta_info.get("spec_verify_ct"))))
     accepts = [a for _, a in filter(None, per) if a is not None]
-    detail[c] = {"accept_length": statistics.median(accepts) if accepts else None,
-                 "cycle_s": statistics.median(x for x, _ in filter(None, per))}  # fmt: skip
-    return statistics.median(speeds)
+    return (statistics.median(speeds), statistics.median(accepts) if accepts else None,
+            statistics.median(x for x, _ in filter(None, per)))  # fmt: skip
 
 
-def brute_force(args, launch: list[str], settings: list[Setting | None], detail: dict,
-                walls: dict) -> dict:  # fmt: skip
-    """One pass: each setting's server started, timed at each concurrency, stopped."""
-    out = {}
+def brute_force(args, launch: list[str], ref: str, settings: list[Setting], rounds: dict,
+                ref_speeds: dict, walls: dict) -> None:  # fmt: skip
+    """One pass: each setting's server started, timed at each concurrency in rounds against
+    the reference, stopped; ``rounds[name][c]`` gets (subject, reference) tok/s per round."""
+    params = {"max_new_tokens": args.max_new_tokens, "temperature": 0, "ignore_eos": True}
     for s in settings:
         t0 = time.monotonic()
-        name = "plain" if s is None else f"s{s.steps}k{s.topk}n{s.draft_tokens}"
-        argv = plain_argv(launch) if s is None else s.on(launch)
+        name = _key(s)
+        argv = s.on(launch)
         spec = ServerSpec(name, None, argv[argv.index("--model-path") + 1], tuple(argv))
-        got = {}
-        detail.setdefault(name, []).append(got)
         with live_server(spec, args.out_dir / "logs") as url:
-            out[name] = {c: tok_s(url, c, args.max_new_tokens, got) for c in args.concurrency}
+            run_batch(url, list(BUILT_IN), params, 1)  # warm-up
+            for c in args.concurrency:
+                got = rounds.setdefault(name, {}).setdefault(c, [])
+                for sub, rb in timed_rounds(url, ref, BUILT_IN, c, params):
+                    a, r = speed(sub), speed(rb)
+                    got.append({"tok_s": a[0], "ref_tok_s": r[0], "accept_length": a[1],
+                                "cycle_s": a[2]})  # fmt: skip
+                    ref_speeds[c].append(r[0])
         walls[name] = time.monotonic() - t0
-        print(f"{name}: " + ", ".join(f"c={c} {v:.1f} tok/s" for c, v in out[name].items()),
-              flush=True)  # fmt: skip
-    return out
+        ups = {c: statistics.median(x["tok_s"] / x["ref_tok_s"] for x in rounds[name][c])
+               for c in args.concurrency}  # fmt: skip
+        print(f"{name}: " + ", ".join(f"c={c} {u:.3f}x plain" for c, u in ups.items()), flush=True)
 
 
 def main() -> int:
@@ -86,8 +92,10 @@ def main() -> int:
     p.add_argument("--topk", default="1-2")
     p.add_argument("--max-draft-tokens", type=int, default=6)
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--passes", type=int, default=3, help="grid passes; medians are compared")
+    p.add_argument("--passes", type=int, default=1, help="grid passes; medians are compared")
     args = p.parse_args()
+    if args.passes < 1:
+        p.error("--passes must be >= 1")
     args.concurrency = parse_range(args.concurrency, "--concurrency")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     from sglang_eagle3.testing.tiny.drafter import tiny_drafter
@@ -110,25 +118,31 @@ def main() -> int:
     result = json.loads(tuned.stdout)
     settings = grid(parse_range(args.steps, "--steps"), parse_range(args.topk, "--topk"),
                     args.max_draft_tokens, [], "DeepseekV3ForCausalLM")  # fmt: skip
-    if args.passes < 1:
-        p.error("--passes must be >= 1")
     os.environ["OMP_NUM_THREADS"] = "1"
-    detail: dict = {}
-    passes, walls = [], []
-    for i in range(args.passes):
-        order = [None, *settings, SEED]
-        walls.append({})
-        passes.append(brute_force(args, launch, order[::-1] if i % 2 else order, detail,
-                                  walls[-1]))  # fmt: skip
-    measured = {name: {c: statistics.median(m[name][c] for m in passes) for c in args.concurrency}
-                for name in passes[0]}  # fmt: skip
+    rounds: dict = {}
+    ref_speeds: dict = {c: [] for c in args.concurrency}
+    walls: list[dict] = []
+    t0 = time.monotonic()
+    plain = ServerSpec("plain", None, str(d.target_dir), tuple(plain_argv(launch)))
+    with live_server(plain, args.out_dir / "logs") as ref:
+        run_batch(ref, list(BUILT_IN), {"max_new_tokens": args.max_new_tokens,
+                                         "temperature": 0, "ignore_eos": True}, 1)  # fmt: skip
+        plain_start = time.monotonic() - t0
+        for i in range(args.passes):
+            order = [*settings, SEED]
+            walls.append({})
+            brute_force(args, launch, ref, order[::-1] if i % 2 else order, rounds, ref_speeds,
+                        walls[-1])  # fmt: skip
+    level = {c: statistics.median(v) for c, v in ref_speeds.items()}
+    measured = {name: {c: drift_corrected([(x["tok_s"], x["ref_tok_s"]) for x in per_c[c]],
+                                          level[c]) for c in args.concurrency}
+                for name, per_c in rounds.items()}  # fmt: skip
+    measured["plain"] = level
     # brute force costs one pass over plain and the grid (the seed is not in the grid)
-    grid_wall = sum(w for name, w in walls[0].items() if name != _key(SEED))
+    grid_wall = plain_start + sum(w for name, w in walls[0].items() if name != _key(SEED))
     report = compare(result, measured, settings, args.concurrency, tune_wall, grid_wall)
-    report["passes"] = [{k: {c: round(v, 2) for c, v in m.items()} for k, m in p_.items()}
-                        for p_ in passes]  # fmt: skip
     report["pass_walls_s"] = [round(sum(w.values()), 1) for w in walls]
-    report["grid_detail"] = detail  # served accept length and cycle time of every server start
+    report["grid_rounds"] = rounds  # every round: tok/s of the setting and of the reference
     report["tuner"] = result  # its fit points, profile check and every prediction
     (args.out_dir / "bench_tune.json").write_text(json.dumps(report, indent=2) + "\n")
     (args.out_dir / "bench_tune.md").write_text(markdown(report))
@@ -143,14 +157,18 @@ def _key(s: Setting) -> str:
 
 def compare(result, measured, settings, concurrency, tune_wall, grid_wall) -> dict:
     rows, per_c = [], {}
-    pred = {(p["steps"], p["topk"], p["draft_tokens"], p["concurrency"]): p["tok_s"]
+    pred = {(p["steps"], p["topk"], p["draft_tokens"], p["concurrency"]): p
             for p in result["predictions"]}  # fmt: skip
     for s in settings:
         for c in concurrency:
             got, want = measured[_key(s)][c], pred[(s.steps, s.topk, s.draft_tokens, c)]
+            up = got / measured["plain"][c]
             rows.append({"setting": str(s), "concurrency": c, "measured_tok_s": round(got, 2),
-                         "predicted_tok_s": round(want, 2),
-                         "error": round(want / got - 1, 3)})  # fmt: skip
+                         "predicted_tok_s": round(want["tok_s"], 2),
+                         "error": round(want["tok_s"] / got - 1, 3),
+                         "measured_speedup": round(up, 3),
+                         "predicted_speedup": round(want["speedup"], 3),
+                         "speedup_error": round(want["speedup"] / up - 1, 3)})  # fmt: skip
     seed_pred = {e["concurrency"]: e["tok_s"] for e in result["explained"]}
     for c in concurrency:
         best = max(settings, key=lambda s: measured[_key(s)][c])
@@ -165,7 +183,12 @@ def compare(result, measured, settings, concurrency, tune_wall, grid_wall) -> di
             "seed_predicted_tok_s": round(seed_pred[c], 2),
         }  # fmt: skip
     within = sum(abs(r["error"]) <= 0.15 for r in rows) / len(rows)
+    within_up = sum(abs(r["speedup_error"]) <= 0.15 for r in rows) / len(rows)
     return {"per_concurrency": per_c, "rows": rows, "within_15pct": round(within, 3),
+            "speedup_within_15pct": round(within_up, 3),
+            "plain_tok_s": {"tuner": {c: result["per_concurrency"][str(c)]["plain_tok_s"]
+                                      for c in concurrency},
+                            "grid": {c: round(measured["plain"][c], 2) for c in concurrency}},
             "tune_wall_s": round(tune_wall, 1), "grid_wall_s": round(grid_wall, 1),
             "wall_ratio": round(tune_wall / grid_wall, 3), "model": result["model"],
             "accept_check": result.get("accept_check")}  # fmt: skip
@@ -181,12 +204,19 @@ def markdown(r: dict) -> str:
         lines.append(f"| {c} | {v['pick']} | {v['pick_measured_tok_s']} | {v['grid_best']}: "
                      f"{v['grid_best_tok_s']} | {v['pick_vs_best']} | {v['plain_tok_s']} | "
                      f"{v['seed_measured_tok_s']} ({v['seed_predicted_tok_s']}) |")  # fmt: skip
-    lines += ["", f"Predicted within 15 % of measured: {r['within_15pct']:.0%} of "
-              f"{len(r['rows'])} (setting, concurrency) pairs. Tuner wall {r['tune_wall_s']} s, "
-              f"grid wall {r['grid_wall_s']} s (ratio {r['wall_ratio']}).", ""]  # fmt: skip
-    lines += ["| setting | concurrency | measured | predicted | error |", "|---|---|---|---|---|"]
+    plain = r["plain_tok_s"]
+    lines += ["", f"Predicted within 15 % of measured: tok/s {r['within_15pct']:.0%}, speedup over "
+              f"plain {r['speedup_within_15pct']:.0%}, of {len(r['rows'])} (setting, "
+              f"concurrency) pairs. Plain tok/s per request, the tuner's against the grid's: "
+              + ", ".join(f"c={c} {plain['tuner'][c]} / {plain['grid'][c]}" for c in plain["grid"])
+              + f". Tuner wall {r['tune_wall_s']} s, grid wall {r['grid_wall_s']} s (ratio "
+              f"{r['wall_ratio']}).", ""]  # fmt: skip
+    lines += ["| setting | concurrency | measured tok/s | predicted | error | measured speedup | "
+              "predicted | error |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     lines += [f"| {x['setting']} | {x['concurrency']} | {x['measured_tok_s']} | "
-              f"{x['predicted_tok_s']} | {x['error']:+.1%} |" for x in r["rows"]]  # fmt: skip
+              f"{x['predicted_tok_s']} | {x['error']:+.1%} | {x['measured_speedup']} | "
+              f"{x['predicted_speedup']} | {x['speedup_error']:+.1%} |"
+              for x in r["rows"]]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

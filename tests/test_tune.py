@@ -33,15 +33,28 @@ def test_the_fit_recovers_the_costs_that_made_the_measurements():
 
 
 def test_the_profile_is_scaled_to_the_served_drafts_and_every_prompt_is_timed_alike():
-    from sglang_eagle3.tune.measure import ROUNDS, timed_prompts
+    from sglang_eagle3.tune.measure import MIN_ROUNDS, PER_PROMPT, round_count
 
     # profile 2.0 and 3.0, served 1.9 and 2.6: 2.5 drafts per verify served of 3.0 predicted
     assert accept_scale([(2.0, 1.9), (3.0, 2.6)]) == pytest.approx(2.5 / 3.0)
     assert accept_scale([(1.0, 1.5)]) == 1.0  # nothing to scale: the profile is kept
-    prompts = ["a", "b", "c"]
-    for c in (1, 2, 8):
-        got = timed_prompts(prompts, c)
-        assert len(got) >= ROUNDS * c and all(got.count(p) == len(got) // 3 for p in prompts)
+    for n in (3, 8):
+        for c in (1, 2, 3, 8, 32):
+            r = round_count(c, n)
+            assert r >= MIN_ROUNDS and r % 2 == 0 and r * c % n == 0 and r * c >= PER_PROMPT * n
+    assert [round_count(c, 8) for c in (1, 2, 4, 8)] == [16, 8, 6, 6]
+
+
+def test_a_paired_subject_is_its_median_ratio_to_the_reference_times_the_runs_level():
+    from sglang_eagle3.tune.measure import drift_corrected
+
+    # the machine slows by 2x in the middle rounds: both servers alike, so the ratio holds
+    rounds = [(0.020, 0.010), (0.044, 0.022), (0.060, 0.030), (0.021, 0.0105)]
+    assert drift_corrected(rounds, 0.012) == pytest.approx(2 * 0.012)
+    assert drift_corrected([(0.02, None), (0.04, None), (0.03, None)], 0.5) == 0.03  # unpaired
+    for bad in ([], [(0.02, 0.01), (0.02, None)], [(0.02, 0.0)]):
+        with pytest.raises(ValueError):
+            drift_corrected(bad, 0.01)
 
 
 def test_break_even_and_the_sentence_when_speculation_cannot_pay():

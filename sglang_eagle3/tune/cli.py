@@ -3,7 +3,9 @@ hardware, predicted from an acceptance profile (the doctor's evidence) and a cos
 on three servers (plain and two speculative settings), with the reasons.
 
 Every other argument is the launcher's (`python -m sglang_eagle3.launch`): the servers it
-measures start through it, one at a time. Bad input: exit 2 with one message, nothing started.
+measures start through it. On CPU (or with --paired) a plain server stays alive beside each
+speculative one and the two are timed in alternating rounds, so that the machine's drift
+cancels (tune/measure.py). Bad input: exit 2 with one message, nothing started.
 """
 
 from __future__ import annotations
@@ -47,6 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--png", type=Path, help="plot predicted tok/s against steps and topk")
     p.add_argument("--adaptive-config", type=Path, help="write SGLang's adaptive config JSON")
     p.add_argument("--log-dir", type=Path, default=Path("tune-logs"), help="server logs")
+    p.add_argument(
+        "--paired",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="time each speculative server against a plain one alive beside it, to cancel "
+        "the machine's drift (two servers' memory at once; default: on with --cpu)",
+    )
     return p
 
 
@@ -98,7 +107,7 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     # torch and the doctor only once the input is known good: a refusal costs no import
     from sglang_eagle3.doctor.options import DoctorOptions
     from sglang_eagle3.tune.cost import accept_scale, fit
-    from sglang_eagle3.tune.measure import TIMING, measure_launched, measure_url
+    from sglang_eagle3.tune.measure import measure_launched, timing_text
     from sglang_eagle3.tune.profile import acceptance_profile
     from sglang_eagle3.tune.report import build_result
 
@@ -109,12 +118,10 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     launch_args = list(rest)
     # more points than asked for: a cycle's cost against batch size needs a few of them
     fitted = sorted(set(concurrency) | {c for c in (1, 2, 4) if c <= max(concurrency)})
-    outputs: dict[str, dict[str, list[int]]] = {}
-    measured = measure_launched(
-        model_path, launch_args, [None, *_measured_settings(settings)], args.log_dir,
-        lambda url, s, out: measure_url(url, s, _prompts(), fitted, args.max_new_tokens,
-                                        out),
-        outputs,
+    paired = args.paired if args.paired is not None else "--cpu" in rest
+    measured, outputs = measure_launched(
+        model_path, launch_args, _measured_settings(settings), args.log_dir, _prompts(),
+        fitted, args.max_new_tokens, paired,
     )  # fmt: skip
     model = fit(measured)
     served = [(profile[Setting(m.steps, m.topk, m.draft_tokens)], m.accept_length)
@@ -124,7 +131,7 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     source = f"training data {args.data}" if args.data else "the target's own greedy continuations"
     source += f", drafts per verify scaled by {scale:.3f} to what the measured servers served"
     result = build_result(model, scaled, settings, explained, measured, concurrency,
-                          timing=TIMING, acceptance_source=source)  # fmt: skip
+                          timing=timing_text(paired), acceptance_source=source)  # fmt: skip
     result["accept_scale"] = round(scale, 4)
     result["accept_check"] = [  # the profile (unscaled) against what the servers served
         {"setting": str(Setting(m.steps, m.topk, m.draft_tokens)), "concurrency": m.concurrency,

@@ -1,25 +1,42 @@
-"""Time a few servers through the launcher, one at a time, at each concurrency asked.
+"""Time a few servers through the launcher at each concurrency asked: each speculative server in
+rounds against a plain reference server kept alive beside it (paired), or alone.
 
 Request timing (SGLang 0.5.23 exports no per-phase times): streamed greedy requests of a fixed
 length; a decode cycle's time is a request's time after its first token divided by its verify
 count (SGLang's ``spec_verify_ct``), a plain step's by its tokens after the first.
+
+Why paired: on a shared 2-core machine the speed drifts by tens of percent within seconds (one
+plain server's batch medians read 31.6 to 48.0 tok/s over two minutes; bench_tune run 6 saw
+one setting 7-79 % apart over three server starts). A round sends the same c prompts to the
+subject and to the reference, one after the other (ABBA order), so drift hits both alike; a
+subject's time is the median over rounds of its ratio to the reference, times the reference's
+median over the whole run (``drift_corrected``). It costs a second server's memory, so it is
+the default on CPU only.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+from math import gcd
 from pathlib import Path
 
-from sglang_eagle3.bench.client import RequestResult, run_batch
+from sglang_eagle3.bench.client import BatchResult, RequestResult, run_batch
 from sglang_eagle3.bench.servers import ServerSpec, live_server
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.launch.sglang_argv import drop_options
 from sglang_eagle3.tune.cost import Measured
 from sglang_eagle3.tune.grid import Setting
 
-ROUNDS = 3  # requests per concurrency slot; the median is taken over all of them
-TIMING = "request timing: streamed greedy requests (SGLang 0.5.23 exports no per-phase times)"
+MIN_ROUNDS = 6  # rounds of c requests per concurrency, at least (an even count: ABBA)
+PER_PROMPT = 2  # times each prompt is timed per concurrency, at least
+
+
+def timing_text(paired: bool) -> str:
+    how = ("paired: each speculative server in rounds against a plain server alive beside it"
+           if paired else "one server at a time")  # fmt: skip
+    return f"request timing, {how} (SGLang 0.5.23 exports no per-phase times)"
 
 
 def per_request(r: RequestResult, speculative: bool) -> tuple[float, float | None] | None:
@@ -35,60 +52,110 @@ def per_request(r: RequestResult, speculative: bool) -> tuple[float, float | Non
     return (r.end - first) / steps, (tokens / verifies if speculative and verifies else None)
 
 
-def timed_prompts(prompts: Sequence[str], c: int) -> list[str]:
-    """At least ROUNDS requests a concurrency slot (one request alone varied 2x between runs),
-    and every prompt equally often: the accept length depends on the text, so each
-    concurrency is timed on the same mix of prompts."""
-    rounds = -(-max(ROUNDS * c, len(prompts)) // len(prompts))
-    return list(prompts) * rounds
+def round_count(c: int, n_prompts: int) -> int:
+    """Rounds of c requests: an even number (ABBA), at least MIN_ROUNDS, each prompt timed at
+    least PER_PROMPT times and every prompt equally often (the accept length depends on the
+    text, so each concurrency is timed on the same mix)."""
+    step = n_prompts // gcd(n_prompts, c)
+    r = step
+    while r < MIN_ROUNDS or r * c < PER_PROMPT * n_prompts or r % 2:
+        r += step
+    return r
 
 
-def measure_url(
-    url: str, setting: Setting | None, prompts: Sequence[str], concurrencies: Sequence[int],
-    max_new_tokens: int, outputs: dict[str, list[int]] | None = None,
-) -> list[Measured]:  # fmt: skip
-    """One Measured per concurrency: the median over its requests (after one warm-up that
-    also records every prompt's greedy output in ``outputs``, to check losslessness)."""
-    params = {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}
-    warm = run_batch(url, list(prompts), params, 1)  # first-call costs are not a cycle's
-    if outputs is not None:
-        outputs.update({p: r.output_ids for p, r in zip(prompts, warm.results, strict=True)})
-    out = []
-    for c in concurrencies:
-        batch = run_batch(url, timed_prompts(prompts, c), params, c)
-        if batch.errors:
-            raise WiringError(f"the server at {url} failed: {batch.errors[0]}",
-                              fix="check its log")  # fmt: skip
-        per = [x for r in batch.results if (x := per_request(r, setting is not None))]
-        if not per:
-            raise WiringError(f"no timed request at concurrency {c} from {url}",
-                              fix="raise --max-new-tokens")  # fmt: skip
-        seconds = statistics.median(p[0] for p in per)
-        accept = statistics.median(p[1] for p in per) if setting is not None else None
-        s = setting or Setting(0, 0, 0)
-        out.append(Measured(s.steps, s.topk, s.draft_tokens, c, seconds, accept))
-    return out
+def timed_rounds(
+    url: str, ref: str | None, prompts: Sequence[str], c: int, params: dict
+) -> Iterator[tuple[BatchResult, BatchResult | None]]:
+    """Per round, c concurrent requests on ``url`` and the same ones on ``ref`` (None: no
+    reference), the reference first every other round. One untimed round first: a server's
+    first batch of a new size pays one-time costs (bench_tune run 7: a new server's first
+    round at c=8 ran at 0.78-0.96 of plain, its later ones at 1.1-1.7)."""
+    for i in range(-1, round_count(c, len(prompts))):
+        batch = [prompts[(i * c + j) % len(prompts)] for j in range(c)]
+        order = [url] if ref is None else ([url, ref] if i % 2 == 0 else [ref, url])
+        got = {}
+        for u in order:
+            got[u] = run_batch(u, batch, params, c)
+            if got[u].errors:
+                raise WiringError(f"the server at {u} failed: {got[u].errors[0]}",
+                                  fix="check its log")  # fmt: skip
+        if i >= 0:
+            yield got[url], (got[ref] if ref is not None else None)
+
+
+def drift_corrected(pairs: Sequence[tuple[float, float | None]], level: float) -> float:
+    """A subject's value from its rounds: the median over rounds of subject / reference, times
+    ``level`` (the reference's median over the whole run); unpaired rounds (reference None):
+    the median of the subject's values."""
+    if not pairs:
+        raise ValueError("no timed round")
+    if all(r is None for _, r in pairs):
+        return statistics.median(s for s, _ in pairs)
+    if any(r is None or r <= 0 for _, r in pairs):
+        raise ValueError("every round must be paired, with a positive reference value")
+    return statistics.median(s / r for s, r in pairs) * level
+
+
+def _seconds(batch: BatchResult, speculative: bool) -> tuple[float, list[float]]:
+    """(median seconds per cycle or step over the batch's requests, their accept lengths)."""
+    per = [x for r in batch.results if (x := per_request(r, speculative))]
+    if not per:
+        raise WiringError("a timed request was too short to time", fix="raise --max-new-tokens")
+    return statistics.median(p[0] for p in per), [p[1] for p in per if p[1] is not None]
+
+
+def _warm(url: str, prompts: Sequence[str], params: dict) -> dict[str, list[int]]:
+    """One pass over the prompts (first-call costs are not a cycle's); their greedy outputs."""
+    warm = run_batch(url, list(prompts), params, 1)
+    return {p: r.output_ids for p, r in zip(prompts, warm.results, strict=True)}
+
+
+def _name(setting: Setting) -> str:
+    return f"s{setting.steps}k{setting.topk}n{setting.draft_tokens}"
 
 
 def measure_launched(
-    model_path: str, argv: Sequence[str], settings: Sequence[Setting | None], log_dir: Path,
-    measure: Callable[[str, Setting | None, dict], list[Measured]],
-    outputs: dict[str, dict[str, list[int]]],
-) -> list[Measured]:  # fmt: skip
-    """Start each setting's server through the launcher (None: plain, no speculation), one at
-    a time, and measure it; ``outputs[server name]`` gets its greedy outputs."""
-    out = []
-    for setting in settings:
-        args = list(argv) if setting is not None else plain_argv(argv)
-        name = (
-            "plain"
-            if setting is None
-            else f"s{setting.steps}k{setting.topk}n{setting.draft_tokens}"
+    model_path: str, argv: Sequence[str], settings: Sequence[Setting], log_dir: Path,
+    prompts: Sequence[str], concurrencies: Sequence[int], max_new_tokens: int, paired: bool,
+) -> tuple[list[Measured], dict[str, dict[str, list[int]]]]:  # fmt: skip
+    """Plain decoding and each speculative setting, each started through the launcher; one
+    Measured per server and concurrency, and every server's greedy outputs by name."""
+    params = {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}
+    outputs: dict[str, dict[str, list[int]]] = {}
+    ref_s: dict[int, list[float]] = {c: [] for c in concurrencies}
+    rounds: dict[tuple[Setting, int], list[tuple[float, float | None]]] = {}
+    accepts: dict[tuple[Setting, int], list[float]] = {}
+    with ExitStack() as plain_alive:
+        plain = ServerSpec("plain", None, model_path, tuple(plain_argv(argv)))
+        ref = plain_alive.enter_context(live_server(plain, log_dir))
+        outputs["plain"] = _warm(ref, prompts, params)
+        if not paired:
+            for c in concurrencies:
+                ref_s[c] = [_seconds(b, False)[0] for b, _ in timed_rounds(ref, None, prompts,
+                                                                          c, params)]  # fmt: skip
+            plain_alive.close()
+        for s in settings:
+            spec = ServerSpec(_name(s), None, model_path, tuple(s.on(list(argv))))
+            with live_server(spec, log_dir) as url:
+                outputs[_name(s)] = _warm(url, prompts, params)
+                for c in concurrencies:
+                    got, acc = rounds.setdefault((s, c), []), accepts.setdefault((s, c), [])
+                    for sub, rb in timed_rounds(url, ref if paired else None, prompts, c,
+                                                params):  # fmt: skip
+                        seconds, a = _seconds(sub, True)
+                        acc += a
+                        r = _seconds(rb, False)[0] if rb is not None else None
+                        got.append((seconds, r))
+                        if r is not None:
+                            ref_s[c].append(r)
+    level = {c: statistics.median(v) for c, v in ref_s.items()}
+    out = [Measured(0, 0, 0, c, level[c]) for c in concurrencies]
+    for (s, c), pairs in rounds.items():
+        acc = statistics.median(accepts[(s, c)]) if accepts[(s, c)] else None
+        out.append(
+            Measured(s.steps, s.topk, s.draft_tokens, c, drift_corrected(pairs, level[c]), acc)
         )
-        spec = ServerSpec(name, None, model_path, tuple(setting.on(args) if setting else args))
-        with live_server(spec, log_dir) as url:
-            out += measure(url, setting, outputs.setdefault(name, {}))
-    return out
+    return out, outputs
 
 
 def plain_argv(argv: Sequence[str]) -> list[str]:
