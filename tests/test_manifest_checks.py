@@ -35,17 +35,18 @@ STAMP = "python -m sglang_eagle3.layout: error:"
 
 
 def write_data(path: Path, fc: list[str] | None, *, stored: list[str] | None = None,
-               layers: int = LAYERS) -> Path:  # fmt: skip
+               layers: int = LAYERS, architecture: str | None = None) -> Path:  # fmt: skip
     """Two samples of random hidden states stored as speculators does (fc taps, verifier
-    last); ``fc``: the manifest's fc taps (None: data without a manifest); ``layers``: the
-    depth of the target the manifest says it was captured from."""
+    last); ``fc``: the manifest's fc taps (None: data without a manifest); ``layers`` and
+    ``architecture``: the target the manifest says it was captured from (default: TARGET)."""
     taps = stored or [*(fc or DATA_TAPS), VERIFIER]
     with TrainDataWriter(path, taps=taps, num_layers=LAYERS) as w:
         for _ in range(2):
             w.add(torch.randn(16, len(taps), HIDDEN), torch.randint(0, 1024, (16,)))
     if fc is not None:  # what python -m sglang_eagle3.capture writes next to the data
         cfg = json.loads((TARGET / "config.json").read_text())
-        target = TargetRecord(architecture=cfg["architectures"][0], num_layers=layers,
+        target = TargetRecord(architecture=architecture or cfg["architectures"][0],
+                              num_layers=layers,
                               hidden_size=HIDDEN, config_sha256=config_sha256(cfg))  # fmt: skip
         manifest = DataManifest(fc_taps=tuple(fc), verifier=VERIFIER, target=target,
                                 sglang=SGLANG_VERSION, sglang_eagle3=__version__,
@@ -213,7 +214,7 @@ def test_launcher_serves_the_stamped_copy_and_notes_unchecked_data(tmp_path, shi
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert (
         f"captured from a DeepseekV3ForCausalLM of 12 layers (manifest of {deeper}), but "
-        "this launch serves a DeepseekV3ForCausalLM of 8 layers"
+        "the target here is a DeepseekV3ForCausalLM of 8 layers"
     ) in err
     assert "capture the data again from this one" in err
     bare = write_data(tmp_path / "bare", None, stored=[*DRAFT_TAPS, VERIFIER])
@@ -252,3 +253,13 @@ def test_doctor_refuses_a_draft_whose_layout_is_not_the_datas(tmp_path, shipped,
     right = write_data(tmp_path / "right", DRAFT_TAPS)
     code, text, err = doctor(capsys, draft, right)
     assert code in (0, 1) and err == "", err
+    # the right taps, captured from another family's target of the same depth: refused as
+    # the launcher refuses it, --search or not (layer:K is another tensor there)
+    llama = write_data(tmp_path / "llama", DRAFT_TAPS, architecture="LlamaForCausalLM")
+    for extra in ((), ("--search",)):
+        code, text, err = doctor(capsys, draft, llama, "--target", str(TARGET), *extra)
+        assert code == 2 and text == "" and len(err.splitlines()) == 1, err
+        want = (f"captured from a LlamaForCausalLM of 8 layers (manifest of {llama}), but the "
+                f"target here is a DeepseekV3ForCausalLM of 8 layers ({TARGET})")  # fmt: skip
+        assert want in err, err
+    assert doctor(capsys, draft, llama)[0] in (0, 1)  # no --target: nothing to compare with

@@ -123,3 +123,20 @@ def manifest_mismatch(manifest: DataManifest, draft_taps: Sequence[Tap], *, draf
         fix=f"python -m sglang_eagle3.layout stamp --draft {draft} --data {data} --out "
         f"{draft.rstrip('/')}-stamped (writes a copy whose config declares the data's taps)",
     )
+
+
+def target_mismatch(manifest: DataManifest, architecture: str, num_layers: int, *, target: str,
+                    data: str) -> WiringError | None:  # fmt: skip
+    """The refusal when data captured from one target meets another: layer:K is another
+    tensor in another family or depth. The config hash is not compared: a quantized or
+    re-saved copy of the same target differs there and has the same taps."""
+    got = manifest.target
+    if (architecture, num_layers) == (got.architecture, got.num_layers):
+        return None
+    return WiringError(
+        f"the data was captured from a {got.architecture} of {got.num_layers} layers "
+        f"(manifest of {data}), but the target here is a {architecture} of {num_layers} layers "
+        f"({target}): its taps are other tensors here",
+        path=data,
+        fix="use the target the data was captured from, or capture the data again from this one",
+    )

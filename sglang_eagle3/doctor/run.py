@@ -194,7 +194,7 @@ def training_evidence(opts: DoctorOptions) -> Evidence:
         served_by=opts.served_by,
         family=family,
     )
-    lay = _manifest_check(opts, lay)
+    lay = _manifest_check(opts, lay, n)
     # the launcher's own pre-start refusals, with its messages, before any weight is loaded
     prestart_check(opts.draft, opts.target)
     if info.num_taps < lay.num_aux:
@@ -239,15 +239,20 @@ def training_evidence(opts: DoctorOptions) -> Evidence:
     return Evidence(data, n, lay, family, stored, stored_source, cands, source, uses_head=True)
 
 
-def _manifest_check(opts: DoctorOptions, lay: DraftLayouts) -> DraftLayouts:
+def _manifest_check(opts: DoctorOptions, lay: DraftLayouts, n: int) -> DraftLayouts:
     """The draft's declared layout against the data's capture manifest: a mismatch is refused
-    as the launcher refuses it, unless --search asked to score other layouts anyway (a note)."""
-    from sglang_eagle3.data.manifest import manifest_mismatch, read_manifest
+    as the launcher refuses it, unless --search asked to score other layouts anyway (a note).
+    So is data captured from another target than --target, as the launcher refuses it."""
+    from sglang_eagle3.data.manifest import manifest_mismatch, read_manifest, target_mismatch
 
     data = str(opts.data)  # training evidence: --data is given
     manifest = read_manifest(data)
     if manifest is None:
         return lay  # data without a manifest (SpecForge's, speculators'): read as before
+    arch = target_architecture(opts.target) if opts.target else None
+    if arch is not None and (err := target_mismatch(manifest, arch, n, target=opts.target,
+                                                    data=data)):  # fmt: skip
+        raise err
     if lay.declared is None:  # ids without a convention: each reading is scored
         fc = ", ".join(manifest.fc_taps)
         note = (f"the data's manifest says its fc taps are {fc}; the draft declares none "
@@ -267,16 +272,24 @@ def target_family(target: str | None) -> Family | None:
     the launcher and the plugin read it (a multimodal wrapper is its own row); None: not in
     the table. Without a target (or its architectures) the doctor speaks of the seed's
     family, DeepSeek (DeepSeek-V3, Kimi-K2.x)."""
-    from sglang_eagle3.checkpoint.target_config import read_target_config
     from sglang_eagle3.layout.conventions import DEEPSEEK
     from sglang_eagle3.layout.families import family_for
 
     if target is None:
         return DEEPSEEK
+    arch = target_architecture(target)
+    return DEEPSEEK if arch is None else family_for(arch)
+
+
+def target_architecture(target: str) -> str | None:
+    """config.json's architectures[0] of a target (the top level: a multimodal wrapper is its
+    own architecture); None when it names none."""
+    from sglang_eagle3.checkpoint.target_config import read_target_config
+
     archs = read_target_config(target, ints=())[0].get("architectures")
     if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
-        return DEEPSEEK
-    return family_for(archs[0])
+        return None
+    return archs[0]
 
 
 def _settings(spec: DraftSpec | None, family: Family | None) -> list[dict]:

@@ -200,7 +200,7 @@ def _check_training_data(plan: LaunchPlan, data: Path | None) -> LaunchPlan:
         raise WiringError("training data not found", path=str(data),
                           fix="pass the drafter's training data directory")  # fmt: skip
     # data/manifest.py reads through data/arrow.py, which imports torch: only when asked
-    from sglang_eagle3.data.manifest import manifest_mismatch, read_manifest
+    from sglang_eagle3.data.manifest import manifest_mismatch, read_manifest, target_mismatch
 
     manifest = read_manifest(data)
     taps = plan.draft.layout.taps
@@ -208,28 +208,14 @@ def _check_training_data(plan: LaunchPlan, data: Path | None) -> LaunchPlan:
         note = f"--training-data {data} has no capture manifest: the layout was not checked"
     else:
         err = manifest_mismatch(manifest, taps, draft=str(plan.draft_src), data=str(data))
+        err = err or target_mismatch(manifest, plan.target.architecture, plan.target.num_layers,
+                                     target=str(plan.target.path), data=str(data))  # fmt: skip
         if err is not None:
             raise err
-        _same_target(plan.target, manifest.target, data)
         note = (f"--training-data {data}: its manifest's fc taps are the served layout, "
                 f"captured from a {manifest.target.architecture} of "
                 f"{manifest.target.num_layers} layers, as served")  # fmt: skip
     return replace(plan, notes=(*plan.notes, note))
-
-
-def _same_target(target, captured, data: Path) -> None:
-    """layer:K means another tensor in another family or depth. The config hash is not
-    compared: a quantized or re-saved copy of the same target differs there and serves the
-    same taps."""
-    if (target.architecture, target.num_layers) == (captured.architecture, captured.num_layers):
-        return
-    raise WiringError(
-        f"the data was captured from a {captured.architecture} of {captured.num_layers} layers "
-        f"(manifest of {data}), but this launch serves a {target.architecture} of "
-        f"{target.num_layers} layers ({target.path}): its taps are other tensors here",
-        path=str(data),
-        fix="serve the target the data was captured from, or capture the data again from this one",
-    )
 
 
 def _capture_dir(plan: LaunchPlan, folder: Path | None) -> LaunchPlan:
