@@ -83,3 +83,21 @@ def test_the_drafter_restored_on_regenerated_data_is_the_shipped_one(tmp_path, m
         if rel not in embedded.NOT_COMPARED:
             assert embedded.sha256(built.draft_dir.parent / rel) == digest, rel
     assert json.loads((built.draft_dir / "config.json").read_text())["norm_before_residual"]
+
+
+@pytest.mark.sglang  # tiny_drafter(): a fresh cache captures its data through SGLang
+@pytest.mark.slow  # and trains (or restores) the tiny target
+def test_tiny_drafter_command_prints_the_demos_paths_for_the_shell(capsys):
+    import shlex
+
+    from sglang_eagle3.testing.tiny.__main__ import main
+    from sglang_eagle3.testing.tiny.drafter import tiny_drafter
+
+    assert main(["--drafter"]) == 0
+    got = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines())
+    got = {k: Path(shlex.split(v)[0]) for k, v in got.items()}
+    d = tiny_drafter()
+    want = {"TARGET": d.target_dir, "DRAFT": d.draft_dir, "TRAIN": d.train_data,
+            "EVAL": d.eval_data}  # fmt: skip
+    assert got == want and all(p.is_dir() for p in got.values()), got
+    assert (got["DRAFT"] / "config.json").is_file()

@@ -2,11 +2,16 @@
 
 Builds the tiny DeepSeek-V3 target and prints its directory: into ``--out`` when given,
 otherwise into the recipe-keyed cache (reused if already built).
+
+``python -m sglang_eagle3.tiny --drafter`` builds (or restores) the demo's tiny trained target
+and drafter in the cache and prints ``TARGET=``, ``DRAFT=``, ``TRAIN=`` and ``EVAL=`` lines for
+``eval "$(...)"``: the cache keeps one directory per recipe, so a glob may match several.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from sglang_eagle3.testing.tiny.train import DEFAULT_TRAIN_STEPS
@@ -18,7 +23,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-steps", type=int, default=DEFAULT_TRAIN_STEPS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-layers", type=int, default=8)
+    parser.add_argument(
+        "--drafter", action="store_true", help="the demo's target and drafter: shell variables"
+    )
     args = parser.parse_args(argv)
+    if args.drafter:
+        from sglang_eagle3.testing.tiny.drafter import tiny_drafter
+
+        d = tiny_drafter()
+        paths = {"TARGET": d.target_dir, "DRAFT": d.draft_dir, "TRAIN": d.train_data,
+                 "EVAL": d.eval_data}  # fmt: skip
+        print("\n".join(f"{k}={shlex.quote(str(v))}" for k, v in paths.items()))
+        return 0
     kwargs = {"seed": args.seed, "num_layers": args.num_layers, "train_steps": args.train_steps}
     if args.out is not None:
         from sglang_eagle3.testing.tiny.target import build_tiny_target
