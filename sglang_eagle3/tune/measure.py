@@ -6,8 +6,8 @@ length; a decode cycle's time is a request's time after its first token divided 
 count (SGLang's ``spec_verify_ct``), a plain step's by its tokens after the first.
 
 Why paired: on a shared 2-core machine the speed drifts by tens of percent within seconds (one
-plain server's batch medians read 31.6 to 48.0 tok/s over two minutes; bench_tune run 6 saw
-one setting 7-79 % apart over three server starts). A round sends the same c prompts to the
+plain server's single requests read 27 to 72 tok/s over bench_tune run 8; run 6 saw one
+setting 7-79 % apart over three server starts). A round sends the same c prompts to the
 subject and to the reference, one after the other (ABBA order), so drift hits both alike; a
 subject's time is the median over rounds of its ratio to the reference, times the reference's
 median over the whole run (``drift_corrected``). It costs a second server's memory, so it is
@@ -68,8 +68,8 @@ def timed_rounds(
 ) -> Iterator[tuple[BatchResult, BatchResult | None]]:
     """Per round, c concurrent requests on ``url`` and the same ones on ``ref`` (None: no
     reference), the reference first every other round. One untimed round first: a server's
-    first batch of a new size pays one-time costs (bench_tune run 7: a new server's first
-    round at c=8 ran at 0.78-0.96 of plain, its later ones at 1.1-1.7)."""
+    first batch of a new size pays one-time costs (bench_tune run 7: for 12 of 16 new servers
+    the first round at c=8 was the slowest of four)."""
     for i in range(-1, round_count(c, len(prompts))):
         batch = [prompts[(i * c + j) % len(prompts)] for j in range(c)]
         order = [url] if ref is None else ([url, ref] if i % 2 == 0 else [ref, url])
