@@ -33,15 +33,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a bare checkout
 
-from sglang_eagle3.bench.client import BatchResult, run_batch  # noqa: E402
+from sglang_eagle3.bench.client import BatchResult  # noqa: E402
 from sglang_eagle3.bench.prompts import BUILT_IN  # noqa: E402
 from sglang_eagle3.bench.servers import ServerSpec, live_server  # noqa: E402
 from sglang_eagle3.tune.grid import Setting, grid, parse_range  # noqa: E402
 from sglang_eagle3.tune.measure import (  # noqa: E402
     drift_corrected,
+    greedy,
     per_request,
     plain_argv,
     timed_rounds,
+    warm_up,
 )
 
 SEED = Setting(15, 1, 16)  # the seed's slow try: 15 steps, 16 draft tokens
@@ -63,14 +65,14 @@ def brute_force(args, launch: list[str], ref: str, settings: list[Setting], roun
                 ref_speeds: dict, walls: dict) -> None:  # fmt: skip
     """One pass: each setting's server started, timed at each concurrency in rounds against
     the reference, stopped; ``rounds[name][c]`` gets (subject, reference) tok/s per round."""
-    params = {"max_new_tokens": args.max_new_tokens, "temperature": 0, "ignore_eos": True}
+    params = greedy(args.max_new_tokens)
     for s in settings:
         t0 = time.monotonic()
-        name = _key(s)
+        name = s.name
         argv = s.on(launch)
         spec = ServerSpec(name, None, argv[argv.index("--model-path") + 1], tuple(argv))
         with live_server(spec, args.out_dir / "logs") as url:
-            run_batch(url, list(BUILT_IN), params, 1)  # warm-up
+            warm_up(url, BUILT_IN, params)
             for c in args.concurrency:
                 got = rounds.setdefault(name, {}).setdefault(c, [])
                 for sub, rb in timed_rounds(url, ref, BUILT_IN, c, params):
@@ -92,7 +94,7 @@ def main() -> int:
     p.add_argument("--topk", default="1-2")
     p.add_argument("--max-draft-tokens", type=int, default=6)
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--passes", type=int, default=1, help="grid passes; medians are compared")
+    p.add_argument("--passes", type=int, default=1, help="grid passes (rounds pooled)")
     args = p.parse_args()
     if args.passes < 1:
         p.error("--passes must be >= 1")
@@ -125,8 +127,7 @@ def main() -> int:
     t0 = time.monotonic()
     plain = ServerSpec("plain", None, str(d.target_dir), tuple(plain_argv(launch)))
     with live_server(plain, args.out_dir / "logs") as ref:
-        run_batch(ref, list(BUILT_IN), {"max_new_tokens": args.max_new_tokens,
-                                         "temperature": 0, "ignore_eos": True}, 1)  # fmt: skip
+        warm_up(ref, BUILT_IN, greedy(args.max_new_tokens))
         plain_start = time.monotonic() - t0
         for i in range(args.passes):
             order = [*settings, SEED]
@@ -139,7 +140,7 @@ def main() -> int:
                 for name, per_c in rounds.items()}  # fmt: skip
     measured["plain"] = level
     # brute force costs one pass over plain and the grid (the seed is not in the grid)
-    grid_wall = plain_start + sum(w for name, w in walls[0].items() if name != _key(SEED))
+    grid_wall = plain_start + sum(w for name, w in walls[0].items() if name != SEED.name)
     report = compare(result, measured, settings, args.concurrency, tune_wall, grid_wall)
     report["pass_walls_s"] = [round(sum(w.values()), 1) for w in walls]
     report["grid_rounds"] = rounds  # every round: tok/s of the setting and of the reference
@@ -151,17 +152,13 @@ def main() -> int:
     return 0
 
 
-def _key(s: Setting) -> str:
-    return f"s{s.steps}k{s.topk}n{s.draft_tokens}"
-
-
 def compare(result, measured, settings, concurrency, tune_wall, grid_wall) -> dict:
     rows, per_c = [], {}
     pred = {(p["steps"], p["topk"], p["draft_tokens"], p["concurrency"]): p
             for p in result["predictions"]}  # fmt: skip
     for s in settings:
         for c in concurrency:
-            got, want = measured[_key(s)][c], pred[(s.steps, s.topk, s.draft_tokens, c)]
+            got, want = measured[s.name][c], pred[(s.steps, s.topk, s.draft_tokens, c)]
             up = got / measured["plain"][c]
             rows.append({"setting": str(s), "concurrency": c, "measured_tok_s": round(got, 2),
                          "predicted_tok_s": round(want["tok_s"], 2),
@@ -171,15 +168,15 @@ def compare(result, measured, settings, concurrency, tune_wall, grid_wall) -> di
                          "speedup_error": round(want["speedup"] / up - 1, 3)})  # fmt: skip
     seed_pred = {e["concurrency"]: e["tok_s"] for e in result["explained"]}
     for c in concurrency:
-        best = max(settings, key=lambda s: measured[_key(s)][c])
+        best = max(settings, key=lambda s: measured[s.name][c])
         b = result["per_concurrency"][str(c)]["best"]
         pick = Setting(b["steps"], b["topk"], b["draft_tokens"])
         per_c[str(c)] = {
-            "pick": str(pick), "pick_measured_tok_s": round(measured[_key(pick)][c], 2),
-            "grid_best": str(best), "grid_best_tok_s": round(measured[_key(best)][c], 2),
-            "pick_vs_best": round(measured[_key(pick)][c] / measured[_key(best)][c], 3),
+            "pick": str(pick), "pick_measured_tok_s": round(measured[pick.name][c], 2),
+            "grid_best": str(best), "grid_best_tok_s": round(measured[best.name][c], 2),
+            "pick_vs_best": round(measured[pick.name][c] / measured[best.name][c], 3),
             "plain_tok_s": round(measured["plain"][c], 2),
-            "seed_measured_tok_s": round(measured[_key(SEED)][c], 2),
+            "seed_measured_tok_s": round(measured[SEED.name][c], 2),
             "seed_predicted_tok_s": round(seed_pred[c], 2),
         }  # fmt: skip
     within = sum(abs(r["error"]) <= 0.15 for r in rows) / len(rows)

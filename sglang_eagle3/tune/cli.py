@@ -71,7 +71,7 @@ def _setting(text: str) -> Setting:
 
 
 def _plan(rest: list[str]):
-    """The launcher's own checks of the user's flags; (plan, SGLang argv)."""
+    """The launcher's own checks of the user's flags; (plan, SGLang argv, whether on CPU)."""
     from sglang_eagle3.launch.cli import build_parser as launcher_parser
     from sglang_eagle3.launch.plan import LaunchOptions, plan_launch
     from sglang_eagle3.launch.server_process import with_cpu_defaults
@@ -86,7 +86,7 @@ def _plan(rest: list[str]):
         raise WiringError("the tuner needs an EAGLE-3 server with a draft", path="command line",
                           fix="add --speculative-algorithm EAGLE3 "
                           "--speculative-draft-model-path DRAFT")  # fmt: skip
-    return plan, sglang
+    return plan, sglang, largs.cpu
 
 
 def _measured_settings(settings: list[Setting]) -> list[Setting]:
@@ -100,7 +100,7 @@ def _measured_settings(settings: list[Setting]) -> list[Setting]:
 
 def run(args: argparse.Namespace, rest: list[str]) -> dict:
     concurrency = parse_range(args.concurrency, "--concurrency")
-    plan, sglang = _plan(rest)
+    plan, sglang, cpu = _plan(rest)
     settings = grid(parse_range(args.steps, "--steps"), parse_range(args.topk, "--topk"),
                     args.max_draft_tokens, sglang, plan.target.architecture)  # fmt: skip
     explained = [_setting(e) for e in args.explain]
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     launch_args = list(rest)
     # more points than asked for: a cycle's cost against batch size needs a few of them
     fitted = sorted(set(concurrency) | {c for c in (1, 2, 4) if c <= max(concurrency)})
-    paired = args.paired if args.paired is not None else "--cpu" in rest
+    paired = args.paired if args.paired is not None else cpu
     measured, outputs = measure_launched(
         model_path, launch_args, _measured_settings(settings), args.log_dir, _prompts(),
         fitted, args.max_new_tokens, paired,

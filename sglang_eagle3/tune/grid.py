@@ -24,6 +24,11 @@ class Setting:
     def flags(self) -> list[str]:
         return [STEPS, str(self.steps), TOPK, str(self.topk), DRAFT, str(self.draft_tokens)]
 
+    @property
+    def name(self) -> str:
+        """The name of this setting's server (its log file, its outputs, the bench's rows)."""
+        return f"s{self.steps}k{self.topk}n{self.draft_tokens}"
+
     def on(self, argv: list[str]) -> list[str]:
         """``argv`` with this setting's three flags (replacing any given)."""
         out = list(argv)

@@ -104,14 +104,15 @@ def _seconds(batch: BatchResult, speculative: bool) -> tuple[float, list[float]]
     return statistics.median(p[0] for p in per), [p[1] for p in per if p[1] is not None]
 
 
-def _warm(url: str, prompts: Sequence[str], params: dict) -> dict[str, list[int]]:
+def greedy(max_new_tokens: int) -> dict:
+    """The sampling parameters of every timed request: greedy, a fixed length."""
+    return {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}
+
+
+def warm_up(url: str, prompts: Sequence[str], params: dict) -> dict[str, list[int]]:
     """One pass over the prompts (first-call costs are not a cycle's); their greedy outputs."""
     warm = run_batch(url, list(prompts), params, 1)
     return {p: r.output_ids for p, r in zip(prompts, warm.results, strict=True)}
-
-
-def _name(setting: Setting) -> str:
-    return f"s{setting.steps}k{setting.topk}n{setting.draft_tokens}"
 
 
 def measure_launched(
@@ -120,26 +121,27 @@ def measure_launched(
 ) -> tuple[list[Measured], dict[str, dict[str, list[int]]]]:  # fmt: skip
     """Plain decoding and each speculative setting, each started through the launcher; one
     Measured per server and concurrency, and every server's greedy outputs by name."""
-    params = {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}
+    params = greedy(max_new_tokens)
     outputs: dict[str, dict[str, list[int]]] = {}
     ref_s: dict[int, list[float]] = {c: [] for c in concurrencies}
-    rounds: dict[tuple[Setting, int], list[tuple[float, float | None]]] = {}
-    accepts: dict[tuple[Setting, int], list[float]] = {}
+    # keyed by position too: a one-setting grid measures its setting twice, two fit points
+    rounds: dict[tuple[int, Setting, int], list[tuple[float, float | None]]] = {}
+    accepts: dict[tuple[int, Setting, int], list[float]] = {}
     with ExitStack() as plain_alive:
         plain = ServerSpec("plain", None, model_path, tuple(plain_argv(argv)))
         ref = plain_alive.enter_context(live_server(plain, log_dir))
-        outputs["plain"] = _warm(ref, prompts, params)
+        outputs["plain"] = warm_up(ref, prompts, params)
         if not paired:
             for c in concurrencies:
                 ref_s[c] = [_seconds(b, False)[0] for b, _ in timed_rounds(ref, None, prompts,
                                                                           c, params)]  # fmt: skip
             plain_alive.close()
-        for s in settings:
-            spec = ServerSpec(_name(s), None, model_path, tuple(s.on(list(argv))))
+        for i, s in enumerate(settings):
+            spec = ServerSpec(s.name, None, model_path, tuple(s.on(list(argv))))
             with live_server(spec, log_dir) as url:
-                outputs[_name(s)] = _warm(url, prompts, params)
+                outputs[s.name] = warm_up(url, prompts, params)
                 for c in concurrencies:
-                    got, acc = rounds.setdefault((s, c), []), accepts.setdefault((s, c), [])
+                    got, acc = rounds.setdefault((i, s, c), []), accepts.setdefault((i, s, c), [])
                     for sub, rb in timed_rounds(url, ref if paired else None, prompts, c,
                                                 params):  # fmt: skip
                         seconds, a = _seconds(sub, True)
@@ -150,8 +152,8 @@ def measure_launched(
                             ref_s[c].append(r)
     level = {c: statistics.median(v) for c, v in ref_s.items()}
     out = [Measured(0, 0, 0, c, level[c]) for c in concurrencies]
-    for (s, c), pairs in rounds.items():
-        acc = statistics.median(accepts[(s, c)]) if accepts[(s, c)] else None
+    for (i, s, c), pairs in rounds.items():
+        acc = statistics.median(accepts[(i, s, c)]) if accepts[(i, s, c)] else None
         out.append(
             Measured(s.steps, s.topk, s.draft_tokens, c, drift_corrected(pairs, level[c]), acc)
         )
