@@ -6,22 +6,18 @@
 2. Every setting of the same grid, plus the seed's (15 steps, topk 1, 16 draft tokens), each on
    its own server through the launcher, one at a time, timed as the tuner times its servers:
    in rounds against one plain reference server alive for the whole run (the grid's wall time:
-   one pass). A setting's tok/s is the geometric mean over its rounds of its speed over the
+   one pass). A setting's tok/s is the median over its rounds of its speed over the
    reference's in the same round, times the reference's median over the run (drift on these
    2 shared cores moves one server's batch medians by up to 50 % within two minutes; a round
-   pairs two batches a second apart). Many short rounds (48 of 16 tokens): an A/A run of two
-   plain servers scattered 13-17 % per round at 16, 32 and 64 tokens alike
-   (tune/measure.py). ``--passes`` repeats the grid, every server started again, in reversed
-   order every other pass, and pools each setting's rounds.
+   pairs two batches seconds apart). ``--passes`` repeats the grid, every server started
+   again, in reversed order every other pass, and pools each setting's rounds.
 3. The tuner's pick against the grid's best measured tok/s, predicted against measured tok/s
    for every setting (and predicted against measured speedup over plain, each over the plain
    server timed with it), and the two wall times. Writes bench_tune.json, bench_tune.md (the
    table benchmarks/README.md quotes) and bench_tune.png (predicted against measured).
 
-Decode speed is per request: tokens after the first over their time, up to the last full
-cycle (``StreamTiming.decode_tok_s``: a 16-token request's last verify is often cut), the
-median over a round's requests (c in flight), after one warm-up pass over the prompts per
-server and one untimed round per concurrency.
+Decode speed is per request: (tokens - 1) / (time after the first token), the median over a
+round's requests (c in flight), after one warm-up pass over the prompts per server.
 """
 
 from __future__ import annotations
@@ -46,7 +42,6 @@ from sglang_eagle3.tune.measure import (  # noqa: E402
     greedy,
     per_request,
     plain_argv,
-    served_accept_length,
     timed_rounds,
     warm_up,
 )
@@ -55,13 +50,15 @@ SEED = Setting(15, 1, 16)  # the seed's slow try: 15 steps, 16 draft tokens
 
 
 def speed(batch: BatchResult) -> tuple[float, float | None, float]:
-    """(median decode tok/s per request up to its last full cycle, the round's accept length,
-    median seconds per verify or step)."""
-    speeds = [x for r in batch.results if (x := r.timing.decode_tok_s()) is not None]
-    spec = any(r.meta_info.get("spec_verify_ct") for r in batch.results)
-    per = [x for r in batch.results if (x := per_request(r, speculative=spec)) is not None]
-    return (statistics.median(speeds), served_accept_length([batch]) if spec else None,
-            statistics.median(per))  # fmt: skip
+    """(median tok/s per request, median accept length, median seconds per verify or step)."""
+    speeds, per = [], []
+    for r in batch.results:
+        first = next(t for t, n in r.timing.chunks if n > 0)
+        speeds.append((int(r.meta_info["completion_tokens"]) - 1) / (r.end - first))
+        per.append(per_request(r, speculative=bool(r.meta_info.get("spec_verify_ct"))))
+    accepts = [a for _, a in filter(None, per) if a is not None]
+    return (statistics.median(speeds), statistics.median(accepts) if accepts else None,
+            statistics.median(x for x, _ in filter(None, per)))  # fmt: skip
 
 
 def brute_force(args, launch: list[str], ref: str, settings: list[Setting], rounds: dict,
@@ -78,13 +75,13 @@ def brute_force(args, launch: list[str], ref: str, settings: list[Setting], roun
             warm_up(url, BUILT_IN, params)
             for c in args.concurrency:
                 got = rounds.setdefault(name, {}).setdefault(c, [])
-                for sub, rb in timed_rounds(url, ref, BUILT_IN, c, params, args.rounds):
+                for sub, rb in timed_rounds(url, ref, BUILT_IN, c, params):
                     a, r = speed(sub), speed(rb)
                     got.append({"tok_s": a[0], "ref_tok_s": r[0], "accept_length": a[1],
                                 "cycle_s": a[2]})  # fmt: skip
                     ref_speeds[c].append(r[0])
         walls[name] = time.monotonic() - t0
-        ups = {c: drift_corrected([(x["tok_s"], x["ref_tok_s"]) for x in rounds[name][c]], 1.0)
+        ups = {c: statistics.median(x["tok_s"] / x["ref_tok_s"] for x in rounds[name][c])
                for c in args.concurrency}  # fmt: skip
         print(f"{name}: " + ", ".join(f"c={c} {u:.3f}x plain" for c, u in ups.items()), flush=True)
 
@@ -96,9 +93,7 @@ def main() -> int:
     p.add_argument("--steps", default="1-4")
     p.add_argument("--topk", default="1-2")
     p.add_argument("--max-draft-tokens", type=int, default=6)
-    p.add_argument("--max-new-tokens", type=int, default=16)
-    p.add_argument("--rounds", type=int, default=48, help="timed rounds per server and "
-                   "concurrency, for the tuner and the grid alike")  # fmt: skip
+    p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--passes", type=int, default=1, help="grid passes (rounds pooled)")
     args = p.parse_args()
     if args.passes < 1:
@@ -117,8 +112,8 @@ def main() -> int:
         [sys.executable, "-m", "sglang_eagle3.tune", *launch, "--concurrency",
          ",".join(map(str, args.concurrency)), "--steps", args.steps, "--topk", args.topk,
          "--max-draft-tokens", str(args.max_draft_tokens), "--max-new-tokens",
-         str(args.max_new_tokens), "--rounds", str(args.rounds), "--explain", "15,1,16",
-         "--json", "--log-dir", str(args.out_dir / "tune-logs")],
+         str(args.max_new_tokens), "--explain", "15,1,16", "--json", "--log-dir",
+         str(args.out_dir / "tune-logs")],
         capture_output=True, text=True, env=env, check=True,
     )  # fmt: skip
     tune_wall = time.monotonic() - t0

@@ -70,16 +70,6 @@ def test_ttft_is_the_first_token_carrying_chunk():
     assert StreamTiming(0.0, ()).ttft() is None
 
 
-def test_decode_speed_stops_at_the_last_full_cycle():
-    # the recorded spec request: 39 tokens after the first; its last chunk (one token, 40 of
-    # 40) is left out, as a verify cut at max_new_tokens would be
-    got = StreamTiming(0.0, SPEC_CHUNKS).decode_tok_s()
-    assert got == pytest.approx((39 - 1) / (0.35566 - 0.0215))
-    assert StreamTiming(0.0, ((0.1, 0), (0.2, 1), (0.5, 4))).decode_tok_s() == pytest.approx(10)
-    assert StreamTiming(0.0, ((0.2, 1),)).decode_tok_s() is None  # nothing after the first
-    assert StreamTiming(0.0, ()).decode_tok_s() is None
-
-
 def test_itl_divides_a_chunk_gap_among_its_tokens():
     itls = StreamTiming(0.0, SPEC_CHUNKS).itls()
     assert len(itls) == 39  # every token but the first (it belongs to TTFT)

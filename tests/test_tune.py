@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from collections import Counter
 
 import pytest
 from conftest_helpers_layout import flat_config, make_flat_draft, run_main, write_json
@@ -34,34 +33,24 @@ def test_the_fit_recovers_the_costs_that_made_the_measurements():
 
 
 def test_the_profile_is_scaled_to_the_served_drafts_and_every_prompt_is_timed_alike():
-    from sglang_eagle3.tune.measure import ROUNDS, _reference_first, round_count
+    from sglang_eagle3.tune.measure import MIN_ROUNDS, PER_PROMPT, round_count
 
     # profile 2.0 and 3.0, served 1.9 and 2.6: 2.5 drafts per verify served of 3.0 predicted
     assert accept_scale([(2.0, 1.9), (3.0, 2.6)]) == pytest.approx(2.5 / 3.0)
     assert accept_scale([(1.0, 1.5)]) == 1.0  # nothing to scale: the profile is kept
     for n in (3, 8):
         for c in (1, 2, 3, 8, 32):
-            for rounds in (2, ROUNDS, 40):
-                r = round_count(c, n, rounds)
-                assert r >= rounds
-                # each prompt as often as any other, and as often timed first as second
-                seen = Counter((i * c + j) % n for i in range(r) for j in range(c))
-                firsts = Counter((i * c + j) % n for i in range(r) for j in range(c)
-                                 if _reference_first(i, c, n))  # fmt: skip
-                assert set(seen.values()) == {r * c // n}, (n, c, rounds)
-                assert set(firsts.values()) == {r * c // n // 2}, (n, c, rounds)
-    assert [round_count(c, 8) for c in (1, 2, 4, 8)] == [16, 16, 16, 16]
-    assert round_count(1, 8, 40) == 48  # two whole passes over the 8 prompts, as often as asked
+            r = round_count(c, n)
+            assert r >= MIN_ROUNDS and r % 2 == 0 and r * c % n == 0 and r * c >= PER_PROMPT * n
+    assert [round_count(c, 8) for c in (1, 2, 4, 8)] == [16, 8, 6, 6]
 
 
-def test_a_paired_subject_is_its_geometric_mean_ratio_to_the_reference_times_the_runs_level():
+def test_a_paired_subject_is_its_median_ratio_to_the_reference_times_the_runs_level():
     from sglang_eagle3.tune.measure import drift_corrected
 
     # the machine slows by 2x in the middle rounds: both servers alike, so the ratio holds
     rounds = [(0.020, 0.010), (0.044, 0.022), (0.060, 0.030), (0.021, 0.0105)]
     assert drift_corrected(rounds, 0.012) == pytest.approx(2 * 0.012)
-    # two prompts, 1x and 4x the reference: 2x (a median of the two would say 2.5x)
-    assert drift_corrected([(0.01, 0.01), (0.04, 0.01)], 1.0) == pytest.approx(2.0)
     assert drift_corrected([(0.02, None), (0.04, None), (0.03, None)], 0.5) == 0.03  # unpaired
     for bad in ([], [(0.02, 0.01), (0.02, None)], [(0.02, 0.0)]):
         with pytest.raises(ValueError):
@@ -130,7 +119,6 @@ def _tune(args: list[str], cwd) -> subprocess.CompletedProcess:
         ("bad steps", ["--steps", "0-3"], "--steps '0-3' is not a list of integers >= 1"),
         ("bad explain", ["--explain", "3,1,9"], "--explain '3,1,9' is not steps,topk"),
         ("bad concurrency", ["--concurrency", "x"], "--concurrency 'x'"),
-        ("one round", ["--rounds", "1"], "--rounds 1 --max-new-tokens 32: timing needs 2"),
     ],
 )  # fmt: skip
 def test_bad_input_exits_2_before_any_server(tmp_path, case, extra, message):
@@ -182,8 +170,7 @@ def test_a_real_tune_then_its_pick_and_adaptive_config_serve_losslessly(
     adaptive = tmp_path / "adaptive.json"
     out = subprocess.run(
         [sys.executable, "-m", "sglang_eagle3.tune", *spec, "--concurrency", "1,2", "--steps",
-         "1-3", "--topk", "1", "--max-tokens", "128", "--max-new-tokens", "16", "--rounds", "8",
-         "--explain",
+         "1-3", "--topk", "1", "--max-tokens", "128", "--max-new-tokens", "16", "--explain",
          "15,1,16", "--json", "--adaptive-config", str(adaptive), "--log-dir",
          str(tmp_path / "logs")],
         capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},

@@ -81,17 +81,6 @@ class StreamTiming:
         first = next((t for t, n in self.chunks if n > 0), None)
         return None if first is None else first - self.start
 
-    def decode_tok_s(self) -> float | None:
-        """Tokens per second after the first token, up to the last token-carrying chunk but one:
-        a fixed-length request's last verify may be cut at max_new_tokens (its accepted drafts
-        past the limit are dropped), and counting it would charge a whole cycle for part of its
-        tokens (about 1/2 cycle of 6 in a 16-token request). None with fewer than 2 chunks."""
-        marks = [(t, n) for t, n in self.chunks if n > 0]
-        if len(marks) < 2:
-            return None
-        (t0, n0), (t1, n1) = marks[0], marks[-2] if len(marks) > 2 else marks[-1]
-        return (n1 - n0) / (t1 - t0) if t1 > t0 else None
-
     def itls(self) -> list[float]:
         out: list[float] = []
         prev_t, prev_n = None, 0

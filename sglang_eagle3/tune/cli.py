@@ -18,7 +18,6 @@ from pathlib import Path
 from sglang_eagle3.draft_tree_size import max_draft_tokens
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.tune.grid import Setting, grid, parse_range
-from sglang_eagle3.tune.measure import ROUNDS
 
 PROG = "python -m sglang_eagle3.tune"
 
@@ -38,9 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="data-free: run the target in HF or SGLang (the doctor's --engine)",
     )
     p.add_argument("--max-tokens", type=int, default=2048, help="draft positions scored (2048)")
-    p.add_argument("--max-new-tokens", type=int, default=32, help="tokens per timed request (32)")
-    p.add_argument("--rounds", type=int, default=ROUNDS, help="timed rounds per server and "
-                   f"concurrency ({ROUNDS}; many short requests beat a few long ones)")  # fmt: skip
+    p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per timed request")
     p.add_argument(
         "--explain",
         action="append",
@@ -107,13 +104,6 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     settings = grid(parse_range(args.steps, "--steps"), parse_range(args.topk, "--topk"),
                     args.max_draft_tokens, sglang, plan.target.architecture)  # fmt: skip
     explained = [_setting(e) for e in args.explain]
-    if args.rounds < 2 or args.max_new_tokens < 2:
-        raise WiringError(
-            f"--rounds {args.rounds} --max-new-tokens {args.max_new_tokens}: timing needs 2 "
-            "rounds (one of each order) and 2 tokens a request (the first is the prefill's)",
-            path="command line",
-            fix="give --rounds >= 2 and --max-new-tokens >= 2",
-        )
     # torch and the doctor only once the input is known good: a refusal costs no import
     from sglang_eagle3.doctor.options import DoctorOptions
     from sglang_eagle3.tune.cost import accept_scale, fit
@@ -131,7 +121,7 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     paired = args.paired if args.paired is not None else cpu
     measured, outputs = measure_launched(
         model_path, launch_args, _measured_settings(settings), args.log_dir, _prompts(),
-        fitted, args.max_new_tokens, paired, args.rounds,
+        fitted, args.max_new_tokens, paired,
     )  # fmt: skip
     model = fit(measured)
     served = [(profile[Setting(m.steps, m.topk, m.draft_tokens)], m.accept_length)

@@ -9,13 +9,9 @@ Why paired: on a shared 2-core machine the speed drifts by tens of percent withi
 plain server's single requests read 27 to 72 tok/s over bench_tune run 8; run 6 saw one
 setting 7-79 % apart over three server starts). A round sends the same c prompts to the
 subject and to the reference, one after the other (ABBA order), so drift hits both alike; a
-subject's time is the geometric mean over rounds of its ratio to the reference, times the
-reference's median over the whole run (``drift_corrected``). It costs a second server's
-memory, so it is the default on CPU only.
-
-Why many short rounds: two plain servers timed against each other (an A/A run, 2026-12-03)
-scattered by 13-17 % per round whatever the request length (16, 32 or 64 tokens), so the
-error of a mean shrinks with the number of rounds, not with their length.
+subject's time is the median over rounds of its ratio to the reference, times the reference's
+median over the whole run (``drift_corrected``). It costs a second server's memory, so it is
+the default on CPU only.
 """
 
 from __future__ import annotations
@@ -23,18 +19,18 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
-from math import exp, gcd, log
+from math import gcd
 from pathlib import Path
 
 from sglang_eagle3.bench.client import BatchResult, RequestResult, run_batch
-from sglang_eagle3.bench.metrics import spec_stats
 from sglang_eagle3.bench.servers import ServerSpec, live_server
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.launch.sglang_argv import drop_options
 from sglang_eagle3.tune.cost import Measured
 from sglang_eagle3.tune.grid import Setting
 
-ROUNDS = 16  # timed rounds of c requests per server and concurrency, at least
+MIN_ROUNDS = 6  # rounds of c requests per concurrency, at least (an even count: ABBA)
+PER_PROMPT = 2  # times each prompt is timed per concurrency, at least
 
 
 def timing_text(paired: bool) -> str:
@@ -43,52 +39,40 @@ def timing_text(paired: bool) -> str:
     return f"request timing, {how} (SGLang 0.5.23 exports no per-phase times)"
 
 
-def per_request(r: RequestResult, speculative: bool) -> float | None:
-    """Seconds per decode cycle (verify) or plain step of one request; None when too short."""
+def per_request(r: RequestResult, speculative: bool) -> tuple[float, float | None] | None:
+    """(seconds per cycle or plain step, accept length) of one request; None when too short."""
     first = next((t for t, n in r.timing.chunks if n > 0), None)
     tokens = int(r.meta_info.get("completion_tokens", 0))
-    steps = int(r.meta_info.get("spec_verify_ct") or 0) if speculative else tokens - 1
-    if first is None or steps < 1:
+    verifies = int(r.meta_info.get("spec_verify_ct") or 0)
+    if first is None or tokens < 2:
         return None
-    return (r.end - first) / steps
+    steps = verifies if speculative else tokens - 1
+    if steps < 1:
+        return None
+    return (r.end - first) / steps, (tokens / verifies if speculative and verifies else None)
 
 
-def served_accept_length(batches: Sequence[BatchResult]) -> float | None:
-    """The accept length the requests saw, pooled as the doctor's replay and SGLang's counters
-    pool it: 1 + correct drafts / verifies (bench/metrics.py; SGLang's per-request figure
-    counts the prefill's token as a verify's, +1/verifies: +17 % at 6 verifies)."""
-    return spec_stats(r.meta_info for b in batches for r in b.results).accept_length
-
-
-def round_count(c: int, n_prompts: int, rounds: int = ROUNDS) -> int:
-    """Rounds of c requests: at least ``rounds``, every prompt timed equally often and as often
-    first as second (the accept length depends on the text, and order may matter): a multiple
-    of two passes over the prompts."""
-    if rounds < 1:
-        raise ValueError("at least one round")
-    unit = 2 * (n_prompts // gcd(n_prompts, c))
-    return -(-rounds // unit) * unit
-
-
-def _reference_first(i: int, c: int, n_prompts: int) -> bool:
-    """ABBA: alternate rounds; where a pass over the prompts holds an even number of rounds,
-    every other pass is flipped, so that a prompt's repeats alternate too."""
+def round_count(c: int, n_prompts: int) -> int:
+    """Rounds of c requests: an even number (ABBA), at least MIN_ROUNDS, each prompt timed at
+    least PER_PROMPT times and every prompt equally often (the accept length depends on the
+    text, so each concurrency is timed on the same mix)."""
     step = n_prompts // gcd(n_prompts, c)
-    return (i + (i // step if step % 2 == 0 else 0)) % 2 == 1
+    r = step
+    while r < MIN_ROUNDS or r * c < PER_PROMPT * n_prompts or r % 2:
+        r += step
+    return r
 
 
 def timed_rounds(
-    url: str, ref: str | None, prompts: Sequence[str], c: int, params: dict, rounds: int = ROUNDS
+    url: str, ref: str | None, prompts: Sequence[str], c: int, params: dict
 ) -> Iterator[tuple[BatchResult, BatchResult | None]]:
     """Per round, c concurrent requests on ``url`` and the same ones on ``ref`` (None: no
     reference), the reference first every other round. One untimed round first: a server's
     first batch of a new size pays one-time costs (bench_tune run 7: for 12 of 16 new servers
     the first round at c=8 was the slowest of four)."""
-    for i in range(-1, round_count(c, len(prompts), rounds)):
+    for i in range(-1, round_count(c, len(prompts))):
         batch = [prompts[(i * c + j) % len(prompts)] for j in range(c)]
-        order = [url] if ref is None else [url, ref]
-        if _reference_first(i, c, len(prompts)):
-            order.reverse()
+        order = [url] if ref is None else ([url, ref] if i % 2 == 0 else [ref, url])
         got = {}
         for u in order:
             got[u] = run_batch(u, batch, params, c)
@@ -100,25 +84,24 @@ def timed_rounds(
 
 
 def drift_corrected(pairs: Sequence[tuple[float, float | None]], level: float) -> float:
-    """A subject's value from its rounds: the geometric mean over rounds of subject / reference
-    (every prompt timed equally often: the mean log ratio over the prompts; their speedups
-    differ, and a median then jumps between prompts), times ``level`` (the reference's median
-    over the whole run); unpaired rounds (reference None): the median of the subject's values."""
+    """A subject's value from its rounds: the median over rounds of subject / reference, times
+    ``level`` (the reference's median over the whole run); unpaired rounds (reference None):
+    the median of the subject's values."""
     if not pairs:
         raise ValueError("no timed round")
     if all(r is None for _, r in pairs):
         return statistics.median(s for s, _ in pairs)
     if any(r is None or r <= 0 for _, r in pairs):
         raise ValueError("every round must be paired, with a positive reference value")
-    return exp(statistics.fmean(log(s / r) for s, r in pairs)) * level
+    return statistics.median(s / r for s, r in pairs) * level
 
 
-def _seconds(batch: BatchResult, speculative: bool) -> float:
-    """The median seconds per cycle or step over the batch's requests."""
-    per = [x for r in batch.results if (x := per_request(r, speculative)) is not None]
+def _seconds(batch: BatchResult, speculative: bool) -> tuple[float, list[float]]:
+    """(median seconds per cycle or step over the batch's requests, their accept lengths)."""
+    per = [x for r in batch.results if (x := per_request(r, speculative))]
     if not per:
         raise WiringError("a timed request was too short to time", fix="raise --max-new-tokens")
-    return statistics.median(per)
+    return statistics.median(p[0] for p in per), [p[1] for p in per if p[1] is not None]
 
 
 def greedy(max_new_tokens: int) -> dict:
@@ -135,7 +118,6 @@ def warm_up(url: str, prompts: Sequence[str], params: dict) -> dict[str, list[in
 def measure_launched(
     model_path: str, argv: Sequence[str], settings: Sequence[Setting], log_dir: Path,
     prompts: Sequence[str], concurrencies: Sequence[int], max_new_tokens: int, paired: bool,
-    rounds: int = ROUNDS,
 ) -> tuple[list[Measured], dict[str, dict[str, list[int]]]]:  # fmt: skip
     """Plain decoding and each speculative setting, each started through the launcher; one
     Measured per server and concurrency, and every server's greedy outputs by name."""
@@ -143,35 +125,35 @@ def measure_launched(
     outputs: dict[str, dict[str, list[int]]] = {}
     ref_s: dict[int, list[float]] = {c: [] for c in concurrencies}
     # keyed by position too: a one-setting grid measures its setting twice, two fit points
-    timed: dict[tuple[int, Setting, int], list[tuple[float, float | None]]] = {}
-    served: dict[tuple[int, Setting, int], list[BatchResult]] = {}
+    rounds: dict[tuple[int, Setting, int], list[tuple[float, float | None]]] = {}
+    accepts: dict[tuple[int, Setting, int], list[float]] = {}
     with ExitStack() as plain_alive:
         plain = ServerSpec("plain", None, model_path, tuple(plain_argv(argv)))
         ref = plain_alive.enter_context(live_server(plain, log_dir))
         outputs["plain"] = warm_up(ref, prompts, params)
         if not paired:
             for c in concurrencies:
-                alone = timed_rounds(ref, None, prompts, c, params, rounds)
-                ref_s[c] = [_seconds(b, False) for b, _ in alone]
+                ref_s[c] = [_seconds(b, False)[0] for b, _ in timed_rounds(ref, None, prompts,
+                                                                          c, params)]  # fmt: skip
             plain_alive.close()
         for i, s in enumerate(settings):
             spec = ServerSpec(s.name, None, model_path, tuple(s.on(list(argv))))
             with live_server(spec, log_dir) as url:
                 outputs[s.name] = warm_up(url, prompts, params)
                 for c in concurrencies:
-                    key = (i, s, c)
-                    got, batches = timed.setdefault(key, []), served.setdefault(key, [])
+                    got, acc = rounds.setdefault((i, s, c), []), accepts.setdefault((i, s, c), [])
                     for sub, rb in timed_rounds(url, ref if paired else None, prompts, c,
-                                                params, rounds):  # fmt: skip
-                        batches.append(sub)
-                        r = _seconds(rb, False) if rb is not None else None
-                        got.append((_seconds(sub, True), r))
+                                                params):  # fmt: skip
+                        seconds, a = _seconds(sub, True)
+                        acc += a
+                        r = _seconds(rb, False)[0] if rb is not None else None
+                        got.append((seconds, r))
                         if r is not None:
                             ref_s[c].append(r)
     level = {c: statistics.median(v) for c, v in ref_s.items()}
     out = [Measured(0, 0, 0, c, level[c]) for c in concurrencies]
-    for (i, s, c), pairs in timed.items():
-        acc = served_accept_length(served[(i, s, c)])
+    for (i, s, c), pairs in rounds.items():
+        acc = statistics.median(accepts[(i, s, c)]) if accepts[(i, s, c)] else None
         out.append(
             Measured(s.steps, s.topk, s.draft_tokens, c, drift_corrected(pairs, level[c]), acc)
         )
