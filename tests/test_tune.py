@@ -220,3 +220,18 @@ def test_a_real_tune_then_its_pick_and_adaptive_config_serve_losslessly(
             "max_new_tokens": 16, "temperature": 0, "ignore_eos": True}})  # fmt: skip
         assert got["output_ids"] == want, prompt
         assert got["meta_info"]["spec_verify_ct"] > 0
+
+
+def test_a_timed_request_reports_the_unbiased_accept_length():
+    from sglang_eagle3.bench.client import RequestResult
+    from sglang_eagle3.bench.metrics import StreamTiming
+    from sglang_eagle3.tune.measure import per_request
+
+    # 40 tokens, 24 verifies, 15 correct drafts: 1 + 15/24, not SGLang's 40/24 (the prefill's
+    # token is no verify's)
+    meta = {"completion_tokens": 40, "spec_verify_ct": 24, "spec_num_correct_drafts": 15}
+    r = RequestResult([0] * 40, meta, StreamTiming(0.0, ((0.1, 1), (0.5, 40))), end=0.58)
+    seconds, accept = per_request(r, speculative=True)
+    assert seconds == pytest.approx(0.48 / 24) and accept == pytest.approx(1 + 15 / 24)
+    plain = RequestResult([0] * 40, {"completion_tokens": 40}, r.timing, end=0.58)
+    assert per_request(plain, speculative=False) == (pytest.approx(0.48 / 39), None)

@@ -23,6 +23,7 @@ from math import gcd
 from pathlib import Path
 
 from sglang_eagle3.bench.client import BatchResult, RequestResult, run_batch
+from sglang_eagle3.bench.metrics import spec_stats
 from sglang_eagle3.bench.servers import ServerSpec, live_server
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.launch.sglang_argv import drop_options
@@ -40,7 +41,9 @@ def timing_text(paired: bool) -> str:
 
 
 def per_request(r: RequestResult, speculative: bool) -> tuple[float, float | None] | None:
-    """(seconds per cycle or plain step, accept length) of one request; None when too short."""
+    """(seconds per cycle or plain step, accept length) of one request; None when too short.
+    The accept length is the unbiased ``1 + correct drafts / verifies`` (bench/metrics.py):
+    SGLang's own counts the prefill's token as a verify's, +1/verifies (+4 % at 25 verifies)."""
     first = next((t for t, n in r.timing.chunks if n > 0), None)
     tokens = int(r.meta_info.get("completion_tokens", 0))
     verifies = int(r.meta_info.get("spec_verify_ct") or 0)
@@ -49,7 +52,8 @@ def per_request(r: RequestResult, speculative: bool) -> tuple[float, float | Non
     steps = verifies if speculative else tokens - 1
     if steps < 1:
         return None
-    return (r.end - first) / steps, (tokens / verifies if speculative and verifies else None)
+    accept = spec_stats([r.meta_info]).accept_length if speculative else None
+    return (r.end - first) / steps, accept
 
 
 def round_count(c: int, n_prompts: int) -> int:
