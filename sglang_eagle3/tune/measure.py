@@ -43,7 +43,7 @@ def timing_text(paired: bool) -> str:
 def per_request(r: RequestResult, speculative: bool) -> tuple[float, float | None] | None:
     """(seconds per cycle or plain step, accept length) of one request; None when too short.
     The accept length is the unbiased ``1 + correct drafts / verifies`` (bench/metrics.py):
-    SGLang's own counts the prefill's token as a verify's, +1/verifies (+4 % at 25 verifies)."""
+    SGLang's own counts the prefill's token as a verify's, +1/verifies (+0.04 at 25 verifies)."""
     first = next((t for t, n in r.timing.chunks if n > 0), None)
     tokens = int(r.meta_info.get("completion_tokens", 0))
     verifies = int(r.meta_info.get("spec_verify_ct") or 0)
