@@ -123,8 +123,11 @@ def fake_sm90(monkeypatch):
 
 
 def test_use_fused_only_where_measured_and_env_switch(fake_sm90, monkeypatch):
-    assert dispatch.MEASURED_WINS == frozenset()  # nothing measured yet: fallback everywhere
-    assert not dispatch.use_fused(1, 7168, 3, "per_tap", "cuda:0")
+    for norm, t, h, k in dispatch.MEASURED_WINS:  # the checked-in GPU run's wins
+        assert dispatch.use_fused(t, h, k, norm, "cuda:0")
+    assert not dispatch.use_fused(1, 7168, 3, "per_tap", "cuda:0")  # measured slower fused
+    monkeypatch.setattr(dispatch, "MEASURED_WINS", frozenset())
+    assert not dispatch.use_fused(1, 4096, 3, "none", "cuda:0")  # nothing measured: fallback
     monkeypatch.setattr(dispatch, "MEASURED_WINS", frozenset({("per_tap", 16, 7168, 3)}))
     assert dispatch.use_fused(9, 7168, 3, "per_tap", "cuda:0")  # bucket 16
     assert not dispatch.use_fused(17, 7168, 3, "per_tap", "cuda:0")  # bucket 64

@@ -4,7 +4,8 @@
   subprocess shared by the `slow` tests below (about 30 s on 2 cores).
 - ``eagle3_fused_fc_dispatch`` turns that JSON format into ``MEASURED_WINS``: from the dry run's
   own file, from a copy edited to hold one win, and never from a malformed or unbacked one.
-- The checked-in wins file parses, ships in the package, and today yields no win.
+- The checked-in wins file parses, ships in the package, and is a passed GPU run's (H200,
+  2026-12-04) whose wins the dispatch reads.
 """
 
 from __future__ import annotations
@@ -164,11 +165,19 @@ def test_malformed_files_are_refused_naming_the_file(tmp_path, text, why):
     assert why in str(err.value)
 
 
-def test_checked_in_wins_file_parses_and_holds_no_win_today():
+def test_checked_in_wins_file_is_a_passed_gpu_run_and_the_dispatch_reads_it():
     data = json.loads(dispatch.WINS_FILE.read_text())
-    assert data["format"] == dispatch.GPU_CHECK_FORMAT and data["wins"] == []
-    assert dispatch.load_measured_wins(dispatch.WINS_FILE) == frozenset()
-    assert dispatch.MEASURED_WINS == frozenset()  # read from that file at import
+    assert data["format"] == dispatch.GPU_CHECK_FORMAT
+    assert data["dry_run"] is False and data["passed"] is True and data["failures"] == []
+    assert data["device"]["capability"][0] >= 9 and data["graph"]["captured"] is True
+    assert data["timing"]["skipped"] == [] and data["timing"]["errors"] == []
+    wins = dispatch.load_measured_wins(dispatch.WINS_FILE)
+    assert wins == {(w["norm"], w["T"], w["H"], w["K"]) for w in data["wins"]}
+    assert dispatch.MEASURED_WINS == wins  # read from that file at import
+    # every timing row the run marked faster is a win, and no other (one rule, row_is_win)
+    faster = {(r["norm"], r["T"], r["H"], r["K"]) for r in data["timing"]["rows"]
+              if dispatch.row_is_win(r)}  # fmt: skip
+    assert faster == wins
 
 
 def test_wins_file_is_package_data_and_names_agree():
