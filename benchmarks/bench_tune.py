@@ -11,10 +11,15 @@
    2 shared cores moves one server's batch medians by up to 50 % within two minutes; a round
    pairs two batches seconds apart). ``--passes`` repeats the grid, every server started
    again, in reversed order every other pass, and pools each setting's rounds.
-3. The tuner's pick against the grid's best measured tok/s, predicted against measured tok/s
-   for every setting (and predicted against measured speedup over plain, each over the plain
-   server timed with it), and the two wall times. Writes bench_tune.json, bench_tune.md (the
-   table benchmarks/README.md quotes) and bench_tune.png (predicted against measured).
+3. Where the tuner's pick is not the grid's best: the two side by side, both servers alive, in
+   paired rounds (``--h2h-passes`` passes of the tuner's schedule). The grid's best is the
+   maximum of noisy one-pass measurements, so its own tok/s is biased high (the winner's curse:
+   bench_tune run 8's c=1 top five were within 3 %); a fresh paired measurement is not.
+4. The tuner's pick against the grid's best measured tok/s (one pass, and head to head),
+   predicted against measured tok/s for every setting (and predicted against measured speedup
+   over plain, each over the plain server timed with it), and the two wall times. Writes
+   bench_tune.json, bench_tune.md (the table benchmarks/README.md quotes) and bench_tune.png
+   (predicted against measured).
 
 Decode speed is per request: (tokens - 1) / (time after the first token), the median over a
 round's requests (c in flight), after one warm-up pass over the prompts per server.
@@ -29,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a bare checkout
@@ -61,6 +67,30 @@ def speed(batch: BatchResult) -> tuple[float, float | None, float]:
             statistics.median(x for x, _ in filter(None, per)))  # fmt: skip
 
 
+def spec_of(s: Setting, launch: list[str], suffix: str = "") -> ServerSpec:
+    argv = s.on(launch)
+    return ServerSpec(s.name + suffix, None, argv[argv.index("--model-path") + 1], tuple(argv))
+
+
+def head_to_head(args, launch: list[str], pick: Setting, best: Setting, c: int) -> dict:
+    """The pick's tok/s over the grid's best's, both servers alive: per round the same c
+    prompts on each, one after the other (ABBA order); the median over rounds."""
+    params, ratios = greedy(args.max_new_tokens), []
+    with ExitStack() as alive:
+        urls = [alive.enter_context(live_server(spec_of(s, launch, "-h2h"), args.out_dir / "logs"))
+                for s in (pick, best)]  # fmt: skip
+        for u in urls:
+            warm_up(u, BUILT_IN, params)
+        for _ in range(args.h2h_passes):
+            ratios += [speed(a)[0] / speed(b)[0]
+                       for a, b in timed_rounds(urls[0], urls[1], BUILT_IN, c, params)]  # fmt: skip
+    ratio = statistics.median(ratios)
+    print(f"c={c}: {pick} / {best}, head to head: {ratio:.3f} over {len(ratios)} rounds",
+          flush=True)  # fmt: skip
+    return {"pick": str(pick), "grid_best": str(best), "ratio": round(ratio, 3),
+            "rounds": [round(x, 4) for x in ratios]}  # fmt: skip
+
+
 def brute_force(args, launch: list[str], ref: str, settings: list[Setting], rounds: dict,
                 ref_speeds: dict, walls: dict) -> None:  # fmt: skip
     """One pass: each setting's server started, timed at each concurrency in rounds against
@@ -69,9 +99,7 @@ def brute_force(args, launch: list[str], ref: str, settings: list[Setting], roun
     for s in settings:
         t0 = time.monotonic()
         name = s.name
-        argv = s.on(launch)
-        spec = ServerSpec(name, None, argv[argv.index("--model-path") + 1], tuple(argv))
-        with live_server(spec, args.out_dir / "logs") as url:
+        with live_server(spec_of(s, launch), args.out_dir / "logs") as url:
             warm_up(url, BUILT_IN, params)
             for c in args.concurrency:
                 got = rounds.setdefault(name, {}).setdefault(c, [])
@@ -95,9 +123,11 @@ def main() -> int:
     p.add_argument("--max-draft-tokens", type=int, default=6)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--passes", type=int, default=1, help="grid passes (rounds pooled)")
+    p.add_argument("--h2h-passes", type=int, default=3, help="the pick against the grid's "
+                   "best: passes of the tuner's round schedule")  # fmt: skip
     args = p.parse_args()
-    if args.passes < 1:
-        p.error("--passes must be >= 1")
+    if args.passes < 1 or args.h2h_passes < 1:
+        p.error("--passes and --h2h-passes must be >= 1")
     args.concurrency = parse_range(args.concurrency, "--concurrency")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     from sglang_eagle3.testing.tiny.drafter import tiny_drafter
@@ -141,7 +171,12 @@ def main() -> int:
     measured["plain"] = level
     # brute force costs one pass over plain and the grid (the seed is not in the grid)
     grid_wall = plain_start + sum(w for name, w in walls[0].items() if name != SEED.name)
-    report = compare(result, measured, settings, args.concurrency, tune_wall, grid_wall)
+    h2h = {}
+    for c in args.concurrency:
+        pick, best = picked(result, c), max(settings, key=lambda s: measured[s.name][c])
+        if pick != best:  # the same setting: 1.0 by definition
+            h2h[c] = head_to_head(args, launch, pick, best, c)
+    report = compare(result, measured, settings, args.concurrency, tune_wall, grid_wall, h2h)
     report["pass_walls_s"] = [round(sum(w.values()), 1) for w in walls]
     report["grid_rounds"] = rounds  # every round: tok/s of the setting and of the reference
     report["tuner"] = result  # its fit points, profile check and every prediction
@@ -152,7 +187,12 @@ def main() -> int:
     return 0
 
 
-def compare(result, measured, settings, concurrency, tune_wall, grid_wall) -> dict:
+def picked(result: dict, c: int) -> Setting:
+    b = result["per_concurrency"][str(c)]["best"]
+    return Setting(b["steps"], b["topk"], b["draft_tokens"])
+
+
+def compare(result, measured, settings, concurrency, tune_wall, grid_wall, h2h) -> dict:
     rows, per_c = [], {}
     pred = {(p["steps"], p["topk"], p["draft_tokens"], p["concurrency"]): p
             for p in result["predictions"]}  # fmt: skip
@@ -169,12 +209,12 @@ def compare(result, measured, settings, concurrency, tune_wall, grid_wall) -> di
     seed_pred = {e["concurrency"]: e["tok_s"] for e in result["explained"]}
     for c in concurrency:
         best = max(settings, key=lambda s: measured[s.name][c])
-        b = result["per_concurrency"][str(c)]["best"]
-        pick = Setting(b["steps"], b["topk"], b["draft_tokens"])
+        pick = picked(result, c)
         per_c[str(c)] = {
             "pick": str(pick), "pick_measured_tok_s": round(measured[pick.name][c], 2),
             "grid_best": str(best), "grid_best_tok_s": round(measured[best.name][c], 2),
             "pick_vs_best": round(measured[pick.name][c] / measured[best.name][c], 3),
+            "pick_vs_best_head_to_head": h2h[c]["ratio"] if c in h2h else 1.0,
             "plain_tok_s": round(measured["plain"][c], 2),
             "seed_measured_tok_s": round(measured[SEED.name][c], 2),
             "seed_predicted_tok_s": round(seed_pred[c], 2),
@@ -188,18 +228,20 @@ def compare(result, measured, settings, concurrency, tune_wall, grid_wall) -> di
                             "grid": {c: round(measured["plain"][c], 2) for c in concurrency}},
             "tune_wall_s": round(tune_wall, 1), "grid_wall_s": round(grid_wall, 1),
             "wall_ratio": round(tune_wall / grid_wall, 3), "model": result["model"],
+            "head_to_head": {str(c): v for c, v in h2h.items()},
             "accept_check": result.get("accept_check")}  # fmt: skip
 
 
 def markdown(r: dict) -> str:
     head = (
         "| concurrency | tuner's pick | its measured tok/s | grid's best (measured) | "
-        "pick / best | plain | seed 15,1,16 measured (predicted) |"
+        "pick / best: one pass, head to head | plain | seed 15,1,16 measured (predicted) |"
     )
     lines = [head, "|---|---|---|---|---|---|---|"]
     for c, v in r["per_concurrency"].items():
         lines.append(f"| {c} | {v['pick']} | {v['pick_measured_tok_s']} | {v['grid_best']}: "
-                     f"{v['grid_best_tok_s']} | {v['pick_vs_best']} | {v['plain_tok_s']} | "
+                     f"{v['grid_best_tok_s']} | {v['pick_vs_best']}, "
+                     f"{v['pick_vs_best_head_to_head']} | {v['plain_tok_s']} | "
                      f"{v['seed_measured_tok_s']} ({v['seed_predicted_tok_s']}) |")  # fmt: skip
     plain = r["plain_tok_s"]
     lines += ["", f"Predicted within 15 % of measured: tok/s {r['within_15pct']:.0%}, speedup over "
