@@ -224,6 +224,8 @@ def test_bad_input_is_one_message_and_exit_2_with_nothing_written(
                        "input id 10000000 is outside the target's vocabulary"),
         "server twice": (["--data", good, "--hidden-state-layout", FC, *srv, *srv],
                          "given twice"),
+        "launcher flag": (["--data", good, "--hidden-state-layout", FC, "--model-path", target,
+                           "--cpu", "--training-data", tmp_path], "this launch serves no draft"),
     }  # fmt: skip
     for name, (args, words) in cases.items():
         out = used if name == "not empty" else tmp_path / f"out-{name.replace(' ', '-')}"

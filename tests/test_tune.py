@@ -119,6 +119,13 @@ def _tune(args: list[str], cwd) -> subprocess.CompletedProcess:
         ("bad steps", ["--steps", "0-3"], "--steps '0-3' is not a list of integers >= 1"),
         ("bad explain", ["--explain", "3,1,9"], "--explain '3,1,9' is not steps,topk"),
         ("bad concurrency", ["--concurrency", "x"], "--concurrency 'x'"),
+        # the launcher's own flags, checked by the launcher's code before the first server
+        ("missing training data", ["--training-data", "nowhere"], "training data not found"),
+        ("expected accept length <= 1", ["--expected-accept-length", "1"],
+         "expected accept length 1.0 is not above 1"),
+        ("two layouts", ["--hidden-state-layout", "embed,layer:2,layer:5",
+                         "--hidden-state-layout", "layer:1,layer:2,layer:5"],
+         "both set --hidden-state-layout"),
     ],
 )  # fmt: skip
 def test_bad_input_exits_2_before_any_server(tmp_path, case, extra, message):

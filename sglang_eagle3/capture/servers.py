@@ -51,15 +51,16 @@ def launch_target(rest: list[str]):
 
 
 def check_launch(target, args: list[str], stored: tuple[Tap, ...]) -> list[str]:
-    """The launcher's own refusals of this capture server (family, taps, flags), run here."""
+    """The launcher's own refusals of this capture server (family, taps, its flags and
+    SGLang's), all of them, run here before any server starts."""
     from sglang_eagle3.launch.cli import build_parser as launcher_parser
-    from sglang_eagle3.launch.plan import LaunchOptions, plan_launch
-    from sglang_eagle3.launch.sglang_argv import canonical_argv
+    from sglang_eagle3.launch.cli import checked_plan
 
     extra = [*args, *(f for f in CAPTURE_FLAGS if f not in args)]
-    _, sglang = launcher_parser().parse_known_args(extra)
+    largs, sglang = launcher_parser().parse_known_args(extra)
     layout = ",".join(str(t) for t in stored[:-1])  # the server adds the verifier itself
-    plan_launch(["--model-path", target.path, *canonical_argv(sglang)], LaunchOptions(layout))
+    largs.hidden_state_layout = [layout]
+    checked_plan(largs, ["--model-path", target.path, *sglang])
     return [*extra, "--hidden-state-layout", layout]
 
 

@@ -252,6 +252,32 @@ def _once(values: list[str] | None, flag: str) -> str | None:
     return values[-1] if values else None
 
 
+def sglang_flags(args: argparse.Namespace, rest: list[str]) -> list[str]:
+    """SGLang's flags as its own parser will read them, with the CPU harness's defaults."""
+    rest = canonical_argv(rest)
+    if args.cpu:  # after --config is merged, so a file's value is not a default to fill
+        from sglang_eagle3.launch.server_process import with_cpu_defaults
+
+        rest = with_cpu_defaults(rest)
+    return rest
+
+
+def checked_plan(args: argparse.Namespace, rest: list[str]) -> LaunchPlan:
+    """Every check of the launcher on its own flags (``args``) and SGLang's (``rest``), before
+    anything starts; the plan. WiringError on bad input (the tuner runs it too)."""
+    opts = LaunchOptions(
+        _once(args.hidden_state_layout, "--hidden-state-layout"),
+        _once(args.aux_layer_convention, "--aux-layer-convention"),
+        args.draft_cache_dir,
+        override_draft_layout=args.override_draft_layout,
+    )
+    plan = _check_training_data(plan_launch(sglang_flags(args, rest), opts), args.training_data)
+    plan = _capture_dir(plan, args.capture_dir)
+    if args.cpu:
+        plan = _bind_cpu_ranks(plan)
+    return _watch(plan, args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
@@ -263,22 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     try:
-        opts = LaunchOptions(
-            _once(args.hidden_state_layout, "--hidden-state-layout"),
-            _once(args.aux_layer_convention, "--aux-layer-convention"),
-            args.draft_cache_dir,
-            override_draft_layout=args.override_draft_layout,
-        )
-        rest = canonical_argv(rest)  # what SGLang's own parser will make of it
-        if args.cpu:  # after --config is merged, so a file's value is not a default to fill
-            from sglang_eagle3.launch.server_process import with_cpu_defaults
-
-            rest = with_cpu_defaults(rest)
-        plan = _check_training_data(plan_launch(rest, opts), args.training_data)
-        plan = _capture_dir(plan, args.capture_dir)
-        if args.cpu:
-            plan = _bind_cpu_ranks(plan)
-        plan = _watch(plan, args)
+        plan = checked_plan(args, rest)
         if args.json:
             out = plan.to_json()
             out["command"] = command_line(plan)

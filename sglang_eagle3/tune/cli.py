@@ -71,17 +71,13 @@ def _setting(text: str) -> Setting:
 
 
 def _plan(rest: list[str]):
-    """The launcher's own checks of the user's flags; (plan, SGLang argv, whether on CPU)."""
+    """The launcher's own checks of the user's flags, all of them (its --training-data and
+    --expected-accept-length too) before any server starts; (plan, SGLang argv, on CPU)."""
     from sglang_eagle3.launch.cli import build_parser as launcher_parser
-    from sglang_eagle3.launch.plan import LaunchOptions, plan_launch
-    from sglang_eagle3.launch.server_process import with_cpu_defaults
-    from sglang_eagle3.launch.sglang_argv import canonical_argv
+    from sglang_eagle3.launch.cli import checked_plan, sglang_flags
 
-    largs, sglang = launcher_parser().parse_known_args(rest)
-    sglang = canonical_argv(sglang)
-    sglang = with_cpu_defaults(sglang) if largs.cpu else sglang
-    opts = LaunchOptions(largs.hidden_state_layout[-1] if largs.hidden_state_layout else None)
-    plan = plan_launch(sglang, opts)
+    largs, others = launcher_parser().parse_known_args(rest)
+    plan, sglang = checked_plan(largs, others), sglang_flags(largs, others)
     if plan.resolution is None or plan.draft_src is None:
         raise WiringError("the tuner needs an EAGLE-3 server with a draft", path="command line",
                           fix="add --speculative-algorithm EAGLE3 "
