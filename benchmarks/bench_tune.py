@@ -176,7 +176,10 @@ def main() -> int:
         pick, best = picked(result, c), max(settings, key=lambda s: measured[s.name][c])
         if pick != best:  # the same setting: 1.0 by definition
             h2h[c] = head_to_head(args, launch, pick, best, c)
-    report = compare(result, measured, settings, args.concurrency, tune_wall, grid_wall, h2h)
+    served = {name: {c: statistics.median(x["accept_length"] for x in per_c[c])
+                     for c in args.concurrency} for name, per_c in rounds.items()}  # fmt: skip
+    report = compare(result, measured, settings, args.concurrency, tune_wall, grid_wall, h2h,
+                     served)  # fmt: skip
     report["pass_walls_s"] = [round(sum(w.values()), 1) for w in walls]
     report["grid_rounds"] = rounds  # every round: tok/s of the setting and of the reference
     report["tuner"] = result  # its fit points, profile check and every prediction
@@ -192,7 +195,7 @@ def picked(result: dict, c: int) -> Setting:
     return Setting(b["steps"], b["topk"], b["draft_tokens"])
 
 
-def compare(result, measured, settings, concurrency, tune_wall, grid_wall, h2h) -> dict:
+def compare(result, measured, settings, concurrency, tune_wall, grid_wall, h2h, served) -> dict:
     rows, per_c = [], {}
     pred = {(p["steps"], p["topk"], p["draft_tokens"], p["concurrency"]): p
             for p in result["predictions"]}  # fmt: skip
@@ -205,7 +208,9 @@ def compare(result, measured, settings, concurrency, tune_wall, grid_wall, h2h) 
                          "error": round(want["tok_s"] / got - 1, 3),
                          "measured_speedup": round(up, 3),
                          "predicted_speedup": round(want["speedup"], 3),
-                         "speedup_error": round(want["speedup"] / up - 1, 3)})  # fmt: skip
+                         "speedup_error": round(want["speedup"] / up - 1, 3),
+                         "served_accept": round(served[s.name][c], 3),
+                         "predicted_accept": round(want["accept_length"], 3)})  # fmt: skip
     seed_pred = {e["concurrency"]: e["tok_s"] for e in result["explained"]}
     for c in concurrency:
         best = max(settings, key=lambda s: measured[s.name][c])
@@ -251,10 +256,12 @@ def markdown(r: dict) -> str:
               + f". Tuner wall {r['tune_wall_s']} s, grid wall {r['grid_wall_s']} s (ratio "
               f"{r['wall_ratio']}).", ""]  # fmt: skip
     lines += ["| setting | concurrency | measured tok/s | predicted | error | measured speedup | "
-              "predicted | error |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "predicted | error | accept length served, predicted |",
+              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     lines += [f"| {x['setting']} | {x['concurrency']} | {x['measured_tok_s']} | "
               f"{x['predicted_tok_s']} | {x['error']:+.1%} | {x['measured_speedup']} | "
-              f"{x['predicted_speedup']} | {x['speedup_error']:+.1%} |"
+              f"{x['predicted_speedup']} | {x['speedup_error']:+.1%} | {x['served_accept']}, "
+              f"{x['predicted_accept']} |"
               for x in r["rows"]]  # fmt: skip
     return "\n".join(lines) + "\n"
 

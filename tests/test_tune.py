@@ -123,6 +123,7 @@ def _tune(args: list[str], cwd) -> subprocess.CompletedProcess:
         ("missing training data", ["--training-data", "nowhere"], "training data not found"),
         ("expected accept length <= 1", ["--expected-accept-length", "1"],
          "expected accept length 1.0 is not above 1"),
+        ("missing prompts file", ["--prompts", "nowhere.jsonl"], "nowhere.jsonl: cannot read it"),
         ("two layouts", ["--hidden-state-layout", "embed,layer:2,layer:5",
                          "--hidden-state-layout", "layer:1,layer:2,layer:5"],
          "both set --hidden-state-layout"),
@@ -195,6 +196,9 @@ def test_a_real_tune_then_its_pick_and_adaptive_config_serve_losslessly(
     for a in check:
         key = tuple(int(x.split()[-1]) for x in a["setting"].split(", "))
         assert pred[key] == pytest.approx(1 + scale * (a["profile"] - 1), abs=5e-3)
+        # data-free, the profile scores the timed prompts' own continuations: near the served
+        assert a["profile"] == pytest.approx(a["served"], abs=0.15), a
+    assert "continuations of the timed prompts (built-in)" in result["acceptance_source"]
     for c in ("1", "2"):
         row = result["per_concurrency"][c]
         assert row["verdict"].startswith(f"at {c} concurrent request(s)")

@@ -1,12 +1,14 @@
 """Prompts files: one JSON object a line with a non-empty string "text" (pure).
 
-Read by the benchmark and by the doctor's data-free mode, so one file feeds both.
+Read by the benchmark, the tuner and the doctor's data-free mode, so one file feeds all three.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from sglang_eagle3.errors import WiringError
 
 
 class PromptFileError(ValueError):
@@ -41,3 +43,12 @@ def read_prompts(path: str | Path) -> list[str]:
     if not prompts:
         raise PromptFileError(path, None, "no prompts in it")
     return prompts
+
+
+def read_prompts_checked(path: str | Path) -> list[str]:
+    """``read_prompts`` for a command's input: a WiringError naming the file and line."""
+    try:
+        return read_prompts(path)
+    except PromptFileError as err:
+        where = err.path if err.line is None else f"{err.path}, line {err.line}"
+        raise WiringError(err.reason, path=where, fix='one {"text": "..."} object a line') from None

@@ -34,6 +34,8 @@ class DoctorOptions:
     draft_tokens: int | None = None  # --speculative-num-draft-tokens (None: steps + 1)
     server: str | None = None  # data-free: a live target in capture mode
     prompts: str | None = None  # data-free: a JSONL prompts file (None: the built-in set)
+    # data-free: prompts given by the caller (the tuner's timed set), instead of a file
+    prompt_texts: tuple[str, ...] | None = None
     max_new_tokens: int = 64  # data-free: the target's greedy continuation per prompt
     request_timeout: float = 300.0  # --server: seconds per HTTP request
     server_time_limit: float = 1800.0  # --server: seconds for all requests together
@@ -71,7 +73,12 @@ class DoctorOptions:
         if self.data is not None and self.server is not None:
             raise WiringError("--data and --server both give hidden states: pass one",
                               fix="drop --server to score the training data")  # fmt: skip
-        if self.data is not None and self.prompts is not None:
+        if self.prompts is not None and self.prompt_texts is not None:
+            raise WiringError("a prompts file and prompt texts both given: pass one",
+                              fix="drop one of them")  # fmt: skip
+        if self.prompt_texts is not None and not all(t for t in self.prompt_texts):
+            raise WiringError("an empty prompt text", fix="give non-empty prompts")
+        if self.data is not None and (self.prompts, self.prompt_texts) != (None, None):
             raise WiringError("--prompts is for the data-free mode (no --data)",
                               fix="drop --prompts, or drop --data to score the target's own "
                               "continuations of these prompts")  # fmt: skip

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sglang_eagle3.checkpoint.prestart import prestart_check
-from sglang_eagle3.data.prompts import PromptFileError, read_prompts
+from sglang_eagle3.data.prompts import read_prompts_checked
 from sglang_eagle3.doctor.candidates import build_candidates, draft_layouts, eagle_config_ids
 from sglang_eagle3.doctor.data_free import needed_taps, plausible_layouts, search_range
 from sglang_eagle3.doctor.options import DoctorOptions
@@ -20,13 +20,17 @@ from sglang_eagle3.layout.taps import format_taps
 
 
 def _prompts(opts: DoctorOptions) -> list[str]:
+    if opts.prompt_texts is not None:
+        return list(opts.prompt_texts)
     if opts.prompts is None:
         return list(BUILT_IN)
-    try:
-        return read_prompts(opts.prompts)
-    except PromptFileError as err:
-        where = err.path if err.line is None else f"{err.path}, line {err.line}"
-        raise WiringError(err.reason, path=where, fix='one {"text": "..."} object a line') from None
+    return read_prompts_checked(opts.prompts)
+
+
+def _prompts_name(opts: DoctorOptions) -> str:
+    if opts.prompt_texts is not None:
+        return "the caller's prompts"
+    return opts.prompts or "built-in set"
 
 
 def captured_evidence(opts: DoctorOptions):
@@ -82,11 +86,11 @@ def captured_evidence(opts: DoctorOptions):
         try:
             data = capture_in_process(opts.target, prompts, taps, num_layers=n, **common)
         except WiringError as err:  # a prompt too long: name the file it came from
-            raise err.with_path(opts.prompts or "the built-in prompts") from None
+            raise err.with_path(_prompts_name(opts)) from None
     cands = build_candidates(lay, taps, len(taps), n, search=opts.search, positional=False,
                              extra=extra)  # fmt: skip
     source = dict(data.source)
-    source["prompts_file"] = opts.prompts or "built-in set"
+    source["prompts_file"] = _prompts_name(opts)
     source["captured_taps"] = [str(t) for t in taps]
     source["text"] = (
         f"{source['kind']}: {source['engine']}; {source['prompts']} prompts "

@@ -36,6 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("auto", "hf", "sglang"),
         help="data-free: run the target in HF or SGLang (the doctor's --engine)",
     )
+    p.add_argument(
+        "--prompts",
+        help='JSONL, one {"text": ...} a line: the traffic timed and, '
+        "without --data, profiled (default: the bench's built-in code prompts)",
+    )
     p.add_argument("--max-tokens", type=int, default=2048, help="draft positions scored (2048)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per timed request")
     p.add_argument(
@@ -100,6 +105,7 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     settings = grid(parse_range(args.steps, "--steps"), parse_range(args.topk, "--topk"),
                     args.max_draft_tokens, sglang, plan.target.architecture)  # fmt: skip
     explained = [_setting(e) for e in args.explain]
+    prompts = _prompts(args.prompts)
     # torch and the doctor only once the input is known good: a refusal costs no import
     from sglang_eagle3.doctor.options import DoctorOptions
     from sglang_eagle3.tune.cost import accept_scale, fit
@@ -107,8 +113,14 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     from sglang_eagle3.tune.profile import acceptance_profile
     from sglang_eagle3.tune.report import build_result
 
+    # data-free, the profile scores the very prompts the servers are timed on, continued as
+    # far: its accept lengths then are the served ones (the doctor's replay matches a server
+    # within about 1 %), at every depth; another text set moves deep drafts unlike shallow ones
+    free = args.data is None
     opts = DoctorOptions(plan.draft_src, data=args.data, target=plan.target.path,
-                         max_tokens=args.max_tokens, engine=args.engine)  # fmt: skip
+                         max_tokens=args.max_tokens, engine=args.engine,
+                         prompt_texts=tuple(prompts) if free else None,
+                         max_new_tokens=args.max_new_tokens if free else 64)  # fmt: skip
     profile = acceptance_profile(opts, sorted(set(settings) | set(explained)))
     model_path = plan.target.path
     launch_args = list(rest)
@@ -116,7 +128,7 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     fitted = sorted(set(concurrency) | {c for c in (1, 2, 4) if c <= max(concurrency)})
     paired = args.paired if args.paired is not None else cpu
     measured, outputs = measure_launched(
-        model_path, launch_args, _measured_settings(settings), args.log_dir, _prompts(),
+        model_path, launch_args, _measured_settings(settings), args.log_dir, prompts,
         fitted, args.max_new_tokens, paired,
     )  # fmt: skip
     model = fit(measured)
@@ -124,7 +136,12 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
               for m in measured if m.steps and m.accept_length]  # fmt: skip
     scale = accept_scale(served)
     scaled = {s: 1 + scale * (a - 1) for s, a in profile.items()}
-    source = f"training data {args.data}" if args.data else "the target's own greedy continuations"
+    source = (
+        f"training data {args.data}"
+        if args.data
+        else "the target's own greedy "
+        f"continuations of the timed prompts ({args.prompts or 'built-in'})"
+    )
     source += f", drafts per verify scaled by {scale:.3f} to what the measured servers served"
     result = build_result(model, scaled, settings, explained, measured, concurrency,
                           timing=timing_text(paired), acceptance_source=source)  # fmt: skip
@@ -141,10 +158,11 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     return result
 
 
-def _prompts() -> list[str]:
+def _prompts(path: str | None) -> list[str]:
     from sglang_eagle3.bench.prompts import BUILT_IN
+    from sglang_eagle3.data.prompts import read_prompts_checked
 
-    return list(BUILT_IN)
+    return list(BUILT_IN) if path is None else read_prompts_checked(path)
 
 
 def main(argv: list[str] | None = None) -> int:
