@@ -333,17 +333,15 @@ PROMPT_LINES = st.one_of(
 @settings(FUZZ, max_examples=200)
 @given(lines=st.lists(PROMPT_LINES, max_size=4), tail=st.binary(max_size=8))
 def test_any_prompts_file_is_read_or_refused_in_one_line(lines, tail):
-    """Arbitrary JSONL (and bytes) as --prompts: a list of strings, or one WiringError that
-    names the file and says the format."""
-    from types import SimpleNamespace
-
-    from sglang_eagle3.doctor.run_data_free import _prompts
+    """Arbitrary JSONL (and bytes) as --prompts (the doctor's and the tuner's reader): a list
+    of strings, or one WiringError that names the file and says the format."""
+    from sglang_eagle3.data.prompts import read_prompts_checked
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "prompts.jsonl"
         path.write_bytes("\n".join(lines).encode() + tail)
         try:
-            got = _prompts(SimpleNamespace(prompts=str(path)))
+            got = read_prompts_checked(str(path))
         except WiringError as err:
             assert str(path) in str(err) and "\n" not in str(err) and err.fix, str(err)
             return

