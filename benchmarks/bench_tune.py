@@ -173,7 +173,7 @@ def main() -> int:
     grid_wall = plain_start + sum(w for name, w in walls[0].items() if name != SEED.name)
     h2h = {}
     for c in args.concurrency:
-        pick, best = picked(result, c), max(settings, key=lambda s: measured[s.name][c])
+        pick, best = picked(result, c), grid_best(settings, measured, c)
         if pick != best:  # the same setting: 1.0 by definition
             h2h[c] = head_to_head(args, launch, pick, best, c)
     served = {name: {c: statistics.median(x["accept_length"] for x in per_c[c])
@@ -195,6 +195,10 @@ def picked(result: dict, c: int) -> Setting:
     return Setting(b["steps"], b["topk"], b["draft_tokens"])
 
 
+def grid_best(settings: list[Setting], measured: dict, c: int) -> Setting:
+    return max(settings, key=lambda s: measured[s.name][c])
+
+
 def compare(result, measured, settings, concurrency, tune_wall, grid_wall, h2h, served) -> dict:
     rows, per_c = [], {}
     pred = {(p["steps"], p["topk"], p["draft_tokens"], p["concurrency"]): p
@@ -213,8 +217,7 @@ def compare(result, measured, settings, concurrency, tune_wall, grid_wall, h2h, 
                          "predicted_accept": round(want["accept_length"], 3)})  # fmt: skip
     seed_pred = {e["concurrency"]: e["tok_s"] for e in result["explained"]}
     for c in concurrency:
-        best = max(settings, key=lambda s: measured[s.name][c])
-        pick = picked(result, c)
+        best, pick = grid_best(settings, measured, c), picked(result, c)
         per_c[str(c)] = {
             "pick": str(pick), "pick_measured_tok_s": round(measured[pick.name][c], 2),
             "grid_best": str(best), "grid_best_tok_s": round(measured[best.name][c], 2),

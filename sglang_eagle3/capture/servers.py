@@ -54,13 +54,13 @@ def check_launch(target, args: list[str], stored: tuple[Tap, ...]) -> list[str]:
     """The launcher's own refusals of this capture server (family, taps, its flags and
     SGLang's), all of them, run here before any server starts."""
     from sglang_eagle3.launch.cli import build_parser as launcher_parser
-    from sglang_eagle3.launch.cli import checked_plan
+    from sglang_eagle3.launch.cli import checked_plan, sglang_flags
 
     extra = [*args, *(f for f in CAPTURE_FLAGS if f not in args)]
     largs, sglang = launcher_parser().parse_known_args(extra)
     layout = ",".join(str(t) for t in stored[:-1])  # the server adds the verifier itself
     largs.hidden_state_layout = [layout]
-    checked_plan(largs, ["--model-path", target.path, *sglang])
+    checked_plan(largs, sglang_flags(largs, ["--model-path", target.path, *sglang]))
     return [*extra, "--hidden-state-layout", layout]
 
 

@@ -76,7 +76,7 @@ class DoctorOptions:
         if self.prompts is not None and self.prompt_texts is not None:
             raise WiringError("a prompts file and prompt texts both given: pass one",
                               fix="drop one of them")  # fmt: skip
-        if self.prompt_texts is not None and not all(t for t in self.prompt_texts):
+        if self.prompt_texts is not None and not all(self.prompt_texts):
             raise WiringError("an empty prompt text", fix="give non-empty prompts")
         if self.data is not None and (self.prompts, self.prompt_texts) != (None, None):
             raise WiringError("--prompts is for the data-free mode (no --data)",

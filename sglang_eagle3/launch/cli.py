@@ -262,16 +262,17 @@ def sglang_flags(args: argparse.Namespace, rest: list[str]) -> list[str]:
     return rest
 
 
-def checked_plan(args: argparse.Namespace, rest: list[str]) -> LaunchPlan:
-    """Every check of the launcher on its own flags (``args``) and SGLang's (``rest``), before
-    anything starts; the plan. WiringError on bad input (the tuner runs it too)."""
+def checked_plan(args: argparse.Namespace, sglang: list[str]) -> LaunchPlan:
+    """Every check of the launcher on its own flags (``args``) and SGLang's (``sglang``, as
+    ``sglang_flags`` gives them), before anything starts; the plan. WiringError on bad input
+    (the tuner and the capture run it too)."""
     opts = LaunchOptions(
         _once(args.hidden_state_layout, "--hidden-state-layout"),
         _once(args.aux_layer_convention, "--aux-layer-convention"),
         args.draft_cache_dir,
         override_draft_layout=args.override_draft_layout,
     )
-    plan = _check_training_data(plan_launch(sglang_flags(args, rest), opts), args.training_data)
+    plan = _check_training_data(plan_launch(sglang, opts), args.training_data)
     plan = _capture_dir(plan, args.capture_dir)
     if args.cpu:
         plan = _bind_cpu_ranks(plan)
@@ -289,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     try:
-        plan = checked_plan(args, rest)
+        plan = checked_plan(args, sglang_flags(args, rest))
         if args.json:
             out = plan.to_json()
             out["command"] = command_line(plan)

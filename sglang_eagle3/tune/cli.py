@@ -82,7 +82,8 @@ def _plan(rest: list[str]):
     from sglang_eagle3.launch.cli import checked_plan, sglang_flags
 
     largs, others = launcher_parser().parse_known_args(rest)
-    plan, sglang = checked_plan(largs, others), sglang_flags(largs, others)
+    sglang = sglang_flags(largs, others)
+    plan = checked_plan(largs, sglang)
     if plan.resolution is None or plan.draft_src is None:
         raise WiringError("the tuner needs an EAGLE-3 server with a draft", path="command line",
                           fix="add --speculative-algorithm EAGLE3 "
@@ -116,11 +117,10 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     # data-free, the profile scores the very prompts the servers are timed on, continued as
     # far: its accept lengths then are the served ones (the doctor's replay matches a server
     # within about 1 %), at every depth; another text set moves deep drafts unlike shallow ones
-    free = args.data is None
+    free = {} if args.data else {"prompt_texts": tuple(prompts),
+                                 "max_new_tokens": args.max_new_tokens}  # fmt: skip
     opts = DoctorOptions(plan.draft_src, data=args.data, target=plan.target.path,
-                         max_tokens=args.max_tokens, engine=args.engine,
-                         prompt_texts=tuple(prompts) if free else None,
-                         max_new_tokens=args.max_new_tokens if free else 64)  # fmt: skip
+                         max_tokens=args.max_tokens, engine=args.engine, **free)  # fmt: skip
     profile = acceptance_profile(opts, sorted(set(settings) | set(explained)))
     model_path = plan.target.path
     launch_args = list(rest)
