@@ -194,3 +194,49 @@ def test_extend_target_verify_with_tree_mask(sk):
         torch.testing.assert_close(out[rows].double(), ref, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="QLEN_ONLY"):
         _extend(sk, cache, q, None, None, [n, n], dv=8, tree_mask=tree_mask[:-1])
+
+
+def test_decode_dp_attention_padding_rows(sk):
+    # DP attention pads a rank's query rows to the largest rank's; the sequences are seq_lens'
+    # entries (as in the real kernel), and the padding rows come back zero, never read.
+    cache = Cache([5, 2, 7], 2, 16, 12, seed=8)
+    q = torch.randn(5, 4, 16, generator=cache.gen)  # 3 sequences, 2 padding rows
+    out = torch.full((5, 4, 12), float("nan"))
+    loc = torch.stack([s[-1] for s in cache.slots])
+    sk.decode_attention_cpu(
+        *(q, cache.k, cache.v, 1.0, 1.0, out, None, None, loc, torch.empty(3, 4, 8, 13)),
+        *(cache.req_to_token, cache.rows, cache.seq_lens, 0.3, 0.0, False, 0, None, None),
+    )
+    for b, slots in enumerate(cache.slots):
+        everything = torch.ones(1, len(slots), dtype=torch.bool)
+        ref = _sdpa(q[b : b + 1], cache.k[slots], cache.v[slots], everything, 0.3)
+        torch.testing.assert_close(out[b : b + 1].double(), ref, atol=1e-5, rtol=1e-5)
+    assert torch.equal(out[3:], torch.zeros(2, 4, 12))
+    with pytest.raises(ValueError, match="one query token per sequence"):  # fewer rows: refused
+        sk.decode_attention_cpu(
+            *(q[:2], cache.k, cache.v, 1.0, 1.0, out[:2], None, None, loc),
+            *(torch.empty(3, 4, 8, 13), cache.req_to_token, cache.rows, cache.seq_lens),
+            *(0.3, 0.0, False, 0, None, None),
+        )  # fmt: skip
+
+
+def test_extend_target_verify_padded_batch(sk):
+    # A DP-padded verify batch: a third request the drafter built no tree for (its mask is
+    # absent) and padding rows past every request. The two real requests keep their tree
+    # masks; a mask that covers no whole prefix of the requests is still refused.
+    prefix_lens, n = [3, 6, 1], 4
+    cache = Cache([p + n for p in prefix_lens], 2, 16, 8, seed=9)
+    q = torch.randn(3 * n + 2, 4, 16, generator=cache.gen)
+    tree_mask = torch.tensor(TREE_QLEN_MASK, dtype=torch.bool).flatten()
+    out, _ = _extend(sk, cache, q, None, None, [n, n, n], dv=8, tree_mask=tree_mask)
+    for b, p in enumerate(prefix_lens[:2]):
+        visible = torch.cat([torch.ones(n, p), torch.tensor(TREE_QLEN_MASK[b])], 1).bool()
+        rows, slots = slice(b * n, (b + 1) * n), cache.slots[b]
+        ref = _sdpa(q[rows], cache.k[slots], cache.v[slots], visible, 0.3)
+        torch.testing.assert_close(out[rows].double(), ref, atol=1e-5, rtol=1e-5)
+    causal = torch.ones(n, 1 + n, dtype=torch.bool).tril(diagonal=1)
+    ref = _sdpa(q[2 * n : 3 * n], cache.k[cache.slots[2]], cache.v[cache.slots[2]], causal, 0.3)
+    torch.testing.assert_close(out[2 * n : 3 * n].double(), ref, atol=1e-5, rtol=1e-5)
+    assert torch.equal(out[3 * n :], torch.zeros(2, 4, 8))
+    with pytest.raises(ValueError, match="QLEN_ONLY"):
+        _extend(sk, cache, q, None, None, [n, n, n], dv=8, tree_mask=tree_mask[:20])

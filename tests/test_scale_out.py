@@ -4,9 +4,9 @@ cores (CPU harness: gloo collectives, one core per rank).
 Each mode gets one capture test (concurrent requests of different lengths, so DP attention
 really splits the batch; prefill and decode rows against HF). TP=2 also gets an EAGLE-3 test
 with the demo's trained drafter (greedy tokens equal plain TP=1's; accept length next to
-TP=1's). EAGLE-3 under DP attention does not run on the CPU harness: SGLang pads each rank's
-draft and verify batches to the largest rank's, and the reference attention ops refuse the
-padded shapes (README: "Scale-out").
+TP=1's). EAGLE-3 runs under DP attention too: SGLang pads each rank's draft and verify
+batches to the largest rank's, and the harness's reference attention takes the padded shapes
+as the real CPU kernels do (tests/test_reference_ops_attention.py).
 """
 
 from __future__ import annotations
@@ -152,20 +152,44 @@ def _serve_eagle3(factory, drafter, extra, name, env, tmp):
     )  # fmt: skip
 
 
+# Lengths of the uneven concurrent round: 7 requests of different prompt and output lengths,
+# so DP attention's two ranks run batches of different sizes, and one runs idle batches at the
+# end (the shapes SGLang pads to the largest rank's).
+UNEVEN_NEW = [32, 9, 20, 32, 5, 14, 27]
+
+
 def _run(srv, prompt_ids: list[list[int]], max_new: int):
-    """(sequential outputs, 8 concurrent outputs, accept length over the sequential ones)."""
+    """(sequential outputs, 8 concurrent outputs, the uneven round's outputs, accept length
+    over the sequential ones)."""
     from sglang_eagle3.bench.metrics import spec_stats
 
-    params = {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True}
-
-    def one(ids: list[int]) -> dict:
+    def one(ids: list[int], n: int = max_new) -> dict:
+        params = {"max_new_tokens": n, "temperature": 0, "ignore_eos": True}
         return srv.post("/generate", {"input_ids": ids, "sampling_params": params})
 
     seq = [one(ids) for ids in prompt_ids]
     with ThreadPoolExecutor(8) as pool:
         conc = list(pool.map(one, prompt_ids))
+        uneven = list(pool.map(one, _uneven(prompt_ids), UNEVEN_NEW))
     accept = spec_stats(o["meta_info"] for o in seq).accept_length
-    return [o["output_ids"] for o in seq], [o["output_ids"] for o in conc], accept
+    ids = [[o["output_ids"] for o in outs] for outs in (seq, conc, uneven)]
+    return *ids, accept
+
+
+def _uneven(items: list) -> list:
+    return [items[i % len(items)] for i in range(len(UNEVEN_NEW))]
+
+
+def _assert_lossless(mode, tp1, seq, conc, uneven, accept, figures) -> None:
+    """Greedy tokens equal plain TP=1's (the uneven round: a prefix of them, as long as each
+    request asked) and the accept length within 2 % of unified TP=1's."""
+    same = sum(a == b for a, b in zip(seq, tp1["want"], strict=True))
+    figures.record(f"{mode}: EAGLE-3 prompts equal to plain TP=1 greedy", f"{same} of {len(seq)}")
+    figures.record(f"{mode}: accept length (TP=1: {tp1['accept']:.3f})", accept)
+    assert seq == tp1["want"]
+    assert conc == tp1["want"]
+    assert uneven == [w[:n] for w, n in zip(_uneven(tp1["want"]), UNEVEN_NEW, strict=True)]
+    assert abs(accept - tp1["accept"]) <= 0.02 * tp1["accept"], (accept, tp1["accept"])
 
 
 @pytest.fixture(scope="module")
@@ -185,15 +209,9 @@ def tp1(demo_run):
     }  # fmt: skip
 
 
-@pytest.mark.parametrize("mode", ["tp2"])
+@pytest.mark.parametrize("mode", ["tp2", "dp_attention"])
 def test_eagle3_with_two_ranks_is_lossless(server_factory, tp1, mode, tmp_path, figures):
     srv = _serve_eagle3(server_factory, tp1["drafter"], MODES[mode], f"eagle3-{mode}",
                         RANKS, tmp_path)  # fmt: skip
     _assert_every_rank_applied_one_plan(srv.log())
-    seq, conc, accept = _run(srv, tp1["prompt_ids"], tp1["max_new"])
-    same = sum(a == b for a, b in zip(seq, tp1["want"], strict=True))
-    figures.record(f"{mode}: EAGLE-3 prompts equal to plain TP=1 greedy", f"{same} of {len(seq)}")
-    figures.record(f"{mode}: accept length (TP=1: {tp1['accept']:.2f})", accept)
-    assert seq == tp1["want"]
-    assert conc == tp1["want"]
-    assert abs(accept - tp1["accept"]) <= 0.1 * tp1["accept"], (accept, tp1["accept"])
+    _assert_lossless(mode, tp1, *_run(srv, tp1["prompt_ids"], tp1["max_new"]), figures)

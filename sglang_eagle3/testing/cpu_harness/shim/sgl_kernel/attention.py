@@ -14,6 +14,11 @@ p - t < sliding_window_size (if that is > 0; the backend passes `window_left + 1
 
 MLA (DeepSeek absorbed attention) is the case H_kv = 1, D_qk = kv_lora_rank + rope_dim,
 D_v = kv_lora_rank, with `v_buffer` a view of the first D_v columns of `k_buffer`.
+
+Padded batches (DP attention): SGLang pads each rank's token rows to the largest rank's, so
+the query may have more rows than `seq_lens` has sequences. As in the real CPU kernels, the
+sequences are `seq_lens`' entries; query rows past them are padding, and their output rows
+are written as zeros (the real kernels leave them unwritten; nobody reads them).
 """
 
 from __future__ import annotations
@@ -152,11 +157,11 @@ def decode_attention_cpu(
     afterwards, so the reference only checks its shape and computes the softmax in one go.
     """
     _reject_cross_attention(is_cross_attention, "decode_attention_cpu")
-    num_seqs, num_heads, v_dim = query.shape[0], query.shape[1], output.shape[-1]
-    if seq_lens.shape[0] != num_seqs or req_pool_indices.shape[0] != num_seqs:
+    num_seqs, num_heads, v_dim = seq_lens.shape[0], query.shape[1], output.shape[-1]
+    if query.shape[0] < num_seqs or req_pool_indices.shape[0] != num_seqs:
         raise ValueError(
-            f"decode_attention_cpu: one query token per sequence expected, got {num_seqs} "
-            f"queries, {seq_lens.shape[0]} seq_lens, {req_pool_indices.shape[0]} rows"
+            f"decode_attention_cpu: one query token per sequence expected, got "
+            f"{query.shape[0]} queries, {num_seqs} seq_lens, {req_pool_indices.shape[0]} rows"
         )
     if attn_logits.dim() != 4 or attn_logits.shape[0] < num_seqs:
         raise ValueError(f"decode_attention_cpu: attn_logits {tuple(attn_logits.shape)}")
@@ -170,6 +175,7 @@ def decode_attention_cpu(
     if value is not None:
         _store(v_buffer, loc.long(), value, value_scale)
 
+    output[num_seqs:].zero_()  # DP attention's padding rows
     for b in range(num_seqs):
         seq_len = int(seq_lens[b])
         slots = req_to_token[int(req_pool_indices[b]), :seq_len].long()
@@ -214,20 +220,19 @@ def extend_attention_cpu(
     token and new token j when j <= i (causal) or, with `tree_mask`, when
     tree_mask[b, i, j] (its ancestors in the draft tree; the backend passes a mask only for
     topk > 1, where sibling drafts must not see each other).
+
+    Under DP attention a verify batch is padded with requests the drafter never built a tree
+    for: the mask then covers the first `masked` requests exactly, and the padding requests
+    after them attend causally (their rows are discarded).
     """
     _reject_cross_attention(is_cross_attention, "extend_attention_cpu")
     ext_lens = [int(n) for n in extend_seq_lens.tolist()]
     if max(ext_lens, default=0) > max_len_extend:
         raise ValueError(f"extend_attention_cpu: extend length > max_len_extend {max_len_extend}")
-    if tree_mask is not None and tree_mask.numel() != sum(n * n for n in ext_lens):
-        # SGLang's CPU path builds QLEN_ONLY masks (eagle_utils.default_tree_mask_mode); a
-        # FULL_MASK ([n, P + n] per request) would be misread, so refuse it.
-        raise ValueError(
-            f"extend_attention_cpu: tree_mask has {tree_mask.numel()} entries, expected the "
-            f"QLEN_ONLY layout with sum(n * n) = {sum(n * n for n in ext_lens)}"
-        )
+    masked = _masked_requests(tree_mask, ext_lens)
 
     mask_offset = 0
+    o_extend[sum(ext_lens) :].zero_()  # DP attention's padding rows
     for b, n in enumerate(ext_lens):
         start, seq_len = int(extend_start_loc[b]), int(seq_lens[b])
         prefix_len = seq_len - n
@@ -241,7 +246,7 @@ def extend_attention_cpu(
             visible = k_pos[None, :] <= q_pos[:, None]
         else:
             visible = torch.ones(n, seq_len, dtype=torch.bool)
-        if tree_mask is not None:
+        if b < masked:
             block = tree_mask[mask_offset : mask_offset + n * n].view(n, n).bool()
             visible[:, prefix_len:] = block
             mask_offset += n * n
@@ -249,6 +254,26 @@ def extend_attention_cpu(
 
         out = _attend(q_extend[start : start + n], k, v, visible, sm_scale, logit_cap, sinks)
         o_extend[start : start + n].copy_(out)
+
+
+def _masked_requests(tree_mask: torch.Tensor | None, ext_lens: list[int]) -> int:
+    """How many leading requests `tree_mask` (QLEN_ONLY, [n, n] each, flattened) covers."""
+    if tree_mask is None:
+        return 0
+    covered = 0
+    for b, n in enumerate(ext_lens):
+        if covered == tree_mask.numel():
+            return b
+        covered += n * n
+    if covered == tree_mask.numel():
+        return len(ext_lens)
+    # SGLang's CPU path builds QLEN_ONLY masks (eagle_utils.default_tree_mask_mode); a
+    # FULL_MASK ([n, P + n] per request) would be misread, so refuse it.
+    raise ValueError(
+        f"extend_attention_cpu: tree_mask has {tree_mask.numel()} entries, expected the "
+        f"QLEN_ONLY layout: sum(n * n) = {sum(n * n for n in ext_lens)} over the requests, or "
+        "over the first of them when the batch is padded"
+    )
 
 
 OPS = {
