@@ -31,6 +31,17 @@ pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
 # speculators 0.9.0 for its real config classes and model code (no vLLM).
 "${pip[@]}" --no-deps speculators==0.9.0 hs-connectors==0.9.0
 "${pip[@]}" torch==2.14.1 transformers==5.19.0 datasets pydantic typer
+# PD disaggregation (tests and demo): SGLang's mooncake_tcp transfer backend and its router.
+# Mooncake's CPU build imports only with Debian's libibverbs1.
+if ! ldconfig -p | grep -q "libibverbs.so.1 "; then
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+    apt-get update -qq && apt-get install -y -qq libibverbs1 >/dev/null
+  else
+    echo "setup_env: PD tests need Debian's libibverbs1: sudo apt-get install libibverbs1" >&2
+    exit 1
+  fi
+fi
+"${pip[@]}" mooncake-transfer-engine-non-cuda==0.3.13.post1 sglang-router==0.3.2
 # The project itself, editable, with its test tools.
 "${pip[@]}" -e ".[test]"
 echo "$want" > "$stamp"

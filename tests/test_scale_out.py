@@ -26,10 +26,17 @@ MODES = {
     "tp2": ["--tp-size", "2"],
     # torch_native lacks the padding hook DP attention calls (get_cpu_graph_seq_len_fill_value)
     "dp_attention": ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"],
+    # expert parallelism: each rank holds 4 of the 8 routed experts (CPU harness: the other
+    # rank's experts masked, README "Scale-out")
+    "ep": ["--tp-size", "2", "--ep-size", "2"],
+    "dp_ep": ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention", "--ep-size", "2"],
 }
 RANKS = {env_names.CPU_OMP_THREADS_BIND: "0|1", "OMP_NUM_THREADS": "1"}  # a core per rank
 LAYOUT = "embed,layer:2,layer:5"  # the seed's fix at toy scale
 HF_INDICES = (0, 3, 6)
+# Under EP a tap at the dense layer (first_k_dense_replace = 1: layer 0) and one at an MoE
+# layer (upstream #14280: their residuals can be laid out differently across ranks)
+EP_LAYOUT, EP_HF_INDICES = "embed,layer:0,layer:5", (0, 1, 6)
 # different lengths, so DP attention gives the two ranks batches of different shapes
 PROMPT_IDS = [[0, *range(17, 17 + 5 * k, 5)] for k in (2, 7, 3, 12, 5, 9)]
 SPEC = spec_flags(3, 2, 6)  # the demo's tree
@@ -66,11 +73,13 @@ def _target(name: str):
 
 
 @pytest.mark.parametrize(
-    "target_name,mode", [("deepseek", "tp2"), ("deepseek", "dp_attention"), ("llama", "tp2")]
+    "target_name,mode",
+    [("deepseek", "tp2"), ("deepseek", "dp_attention"), ("llama", "tp2"), ("deepseek", "ep")],
 )
 def test_capture_is_exact_with_two_ranks(server_factory, target_name, mode, tmp_path, figures):
     import torch
 
+    layout, hf_indices = (EP_LAYOUT, EP_HF_INDICES) if mode == "ep" else (LAYOUT, HF_INDICES)
     target, loader, arch = _target(target_name)
     folder = tmp_path / "files"  # capture to files on: JSON rows gain the verifier block
     folder.mkdir()
@@ -79,7 +88,7 @@ def test_capture_is_exact_with_two_ranks(server_factory, target_name, mode, tmp_
         FP32 + MODES[mode] + ["--enable-return-aux-hidden-states", "--speculative-algorithm",
                               "EAGLE3", "--disable-radix-cache"],
         name=f"capture-{target_name}-{mode}",
-        env={env_names.LAYOUT: LAYOUT, env_names.CAPTURE_DIR: str(folder), **RANKS},
+        env={env_names.LAYOUT: layout, env_names.CAPTURE_DIR: str(folder), **RANKS},
         spawn=True,  # each rank loads the plugin and reads the plan itself, as in production
     )  # fmt: skip
     _assert_every_rank_applied_one_plan(srv.log(), arch)
@@ -92,18 +101,19 @@ def test_capture_is_exact_with_two_ranks(server_factory, target_name, mode, tmp_
         assert len(chunks) >= 3, "a prefill and at least two decode steps"
         decode = [torch.tensor(c).reshape(1, -1) for c in chunks[1:]]
         got = torch.cat([torch.tensor(chunks[0]), *decode]).double()
-        got = got[:, : got.shape[1] * len(HF_INDICES) // (len(HF_INDICES) + 1)]
+        got = got[:, : got.shape[1] * len(hf_indices) // (len(hf_indices) + 1)]
         start = len(ids) - len(chunks[0])  # rows the radix cache already held are not sent
         with torch.no_grad():
             hs = model(torch.tensor([ids + out["output_ids"]]), output_hidden_states=True)
-        ref = torch.cat([hs.hidden_states[i][0] for i in HF_INDICES], -1).double()
+        ref = torch.cat([hs.hidden_states[i][0] for i in hf_indices], -1).double()
         worst = max(worst, (got - ref[start : start + len(got)]).abs().max().item())
         rows += len(got)
     figures.record(
         f"{target_name} {mode}: max |diff| capture vs HF over {rows} rows, 6 concurrent", worst
     )
     assert worst < 1e-4, worst
-    _capture_files(srv, target, loader, f"{target_name} {mode}", tmp_path, figures)
+    if mode != "ep":  # which rank writes a sample depends on TP and DP, not on the experts
+        _capture_files(srv, target, loader, f"{target_name} {mode}", tmp_path, figures)
 
 
 def _capture_files(srv, target, loader, name, tmp_path, figures) -> None:
@@ -209,7 +219,7 @@ def tp1(demo_run):
     }  # fmt: skip
 
 
-@pytest.mark.parametrize("mode", ["tp2", "dp_attention"])
+@pytest.mark.parametrize("mode", ["tp2", "dp_attention", "ep", "dp_ep"])
 def test_eagle3_with_two_ranks_is_lossless(server_factory, tp1, mode, tmp_path, figures):
     srv = _serve_eagle3(server_factory, tp1["drafter"], MODES[mode], f"eagle3-{mode}",
                         RANKS, tmp_path)  # fmt: skip

@@ -97,6 +97,10 @@ def _apply_hooks(declared: str | None) -> None:
 
     if accept_watch_hooks.wanted(sys.argv):
         hooks += accept_watch_hooks.HOOKS
+    from sglang_eagle3.hooks import pd_plan
+
+    if pd_plan.wanted(sys.argv):  # PD: the decode side takes only prefills serving its plan
+        hooks += pd_plan.HOOKS
     if os.environ.get(env_names.CAPTURE_DIR):  # capture to files: the scheduler writes them
         from sglang_eagle3.hooks.capture_file import HOOKS as FILE_HOOKS
 

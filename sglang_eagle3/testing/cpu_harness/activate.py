@@ -7,9 +7,12 @@ its server arguments; it does nothing unless SGLANG_EAGLE3_CPU_HARNESS=1.
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 
 from sglang_eagle3 import env_names
+from sglang_eagle3.hooks import pd_plan
 from sglang_eagle3.launch.cpu_env import HARNESS_FLAG, harness_enabled
 from sglang_eagle3.log import get_logger
 from sglang_eagle3.testing.cpu_harness.graph_runner import install_graph_runner_ops
@@ -55,8 +58,6 @@ def _no_pynccl_on_cpu() -> None:
     # SGLang builds a PyNcclCommunicator for every parallel group unless the platform says
     # otherwise, and it dies on CPU ("Expected a cuda device"); its collectives on CPU tensors
     # already fall back to gloo, which is what tensor parallelism here needs.
-    import functools
-
     from sglang.srt.distributed import parallel_state
 
     original = parallel_state.init_model_parallel_group
@@ -68,6 +69,61 @@ def _no_pynccl_on_cpu() -> None:
         return original(*args, **kwargs)
 
     parallel_state.init_model_parallel_group = init_model_parallel_group
+
+
+def _expert_parallel_on_cpu() -> None:
+    # Under --ep-size > 1 (a2a backend none) SGLang's StandardDispatcher marks the experts of
+    # other ranks -1, and the CPU MoE (fused_moe_native.moe_forward_native, the path taken
+    # without AMX weight packing) scatters by expert id and dies on -1. Each rank computes
+    # only its own experts' slots here; the MoE all-reduce adds the ranks' parts. Its scatter
+    # overwrites rather than adds, so kept slots run one per row and are summed per token.
+    import torch
+    from sglang.srt.layers.moe import fused_moe_native
+
+    original = fused_moe_native.moe_forward_native
+
+    @functools.wraps(original)
+    def moe_forward_native(layer, x, topk_output, moe_runner_config):
+        topk_weights, topk_ids, _ = topk_output
+        keep = topk_ids >= 0  # [tokens, top_k]
+        if bool(keep.all()):
+            return original(layer, x, topk_output, moe_runner_config)
+        token = torch.arange(x.shape[0], device=x.device).unsqueeze(1).expand_as(topk_ids)[keep]
+        out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+        if token.numel():
+            kept = topk_output._replace(topk_weights=topk_weights[keep].unsqueeze(1),
+                                        topk_ids=topk_ids[keep].unsqueeze(1))  # fmt: skip
+            out.index_add_(0, token, original(layer, x[token], kept, moe_runner_config).float())
+        return out.to(x.dtype)
+
+    fused_moe_native.moe_forward_native = moe_forward_native  # unquant.py imports it per call
+
+
+def _reduce_scatterv_on_gloo() -> None:
+    # DP attention + EP returns the MoE output through reduce_scatterv, which needs pynccl
+    # (switched off above); SGLang's own all-reduce + narrow variant runs on gloo.
+    from sglang.srt.distributed import parallel_state
+
+    group = parallel_state.GroupCoordinator
+    original = group.reduce_scatterv
+
+    @functools.wraps(original)
+    def reduce_scatterv(self, input_, output=None, sizes=None):
+        if self.pynccl_comm is None:
+            return self._deterministic_reduce_scatterv(input_, output, sizes)
+        return original(self, input_, output, sizes)
+
+    group.reduce_scatterv = reduce_scatterv
+
+
+def _pd_transfer_on_cpu() -> None:
+    # The prefill's KV send takes a pinned-memory + torch.cuda.Event branch when the sender
+    # supports host tensor indices (disaggregation/prefill.py:1746-1761), which mooncake's does;
+    # the other branch (mem_cache/common.py kv_to_page_indices) is device-free. Nothing else on
+    # the mooncake_tcp path needs a GPU.
+    from sglang.srt.disaggregation.mooncake import conn
+
+    conn.MooncakeKVSender.supports_host_tensor_indices = False
 
 
 def _check_reference_kernels() -> None:
@@ -93,7 +149,11 @@ def activate() -> bool:
     _route_torch_native_to_mla()
     _minimax_m2_qk_norm_on_cpu()
     _no_pynccl_on_cpu()
+    _expert_parallel_on_cpu()
+    _reduce_scatterv_on_gloo()
     install_graph_runner_ops()
+    if pd_plan.wanted(sys.argv):
+        _pd_transfer_on_cpu()
     out_dir = record_dir()
     if out_dir is not None:
         install_tap_recorder(out_dir)
