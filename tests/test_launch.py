@@ -163,6 +163,29 @@ def config_target(directory: Path, architecture: str = "DeepseekV3ForCausalLM") 
     }).parent  # fmt: skip
 
 
+def test_dry_run_says_what_each_pd_role_publishes_or_checks(tmp_path):
+    target = kimi_k25_target(tmp_path / "kimi")
+    draft = make_flat_draft(tmp_path / "draft", flat_config(hidden=7168, ids=[-1, 2, 30]),
+                            fc_in=3 * 7168)  # fmt: skip
+    args = ["--dry-run", "--model-path", str(target), "--speculative-draft-model-path",
+            str(draft), *SEED_FLAGS, "--disaggregation-transfer-backend", "mooncake"]  # fmt: skip
+    said = {}
+    for role in ("prefill", "decode", "null"):
+        out = run_launch([*args, "--disaggregation-mode", role, "--json"], tmp_path)
+        assert out.returncode == 0, out.stderr
+        said[role] = [n for n in json.loads(out.stdout)["notes"] if n.startswith("PD ")]
+    assert said["null"] == []
+    assert said["prefill"] == [
+        "PD prefill: publishes this server's plan (taps, fc order, drafter weights sha256, "
+        "speculative flags) at GET /sglang_eagle3/plan on its bootstrap server (port SGLang "
+        "default 8998); decode servers refuse requests from a prefill whose plan is not theirs"
+    ]
+    assert said["decode"][0].startswith("PD decode: checks each prefill server's plan")
+    text = run_launch([*args, "--disaggregation-mode", "prefill",
+                       "--disaggregation-bootstrap-port", "9999"], tmp_path).stdout  # fmt: skip
+    assert "note    PD prefill: publishes" in text and "(port 9999)" in text
+
+
 def test_capture_only_dry_run_plans_the_declared_taps_without_a_draft(tmp_path):
     base = ["--dry-run", "--model-path", str(config_target(tmp_path / "t")), *CAPTURE,
             "--hidden-state-layout", "layer:5,embed,layer:2"]  # fmt: skip

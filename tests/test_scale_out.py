@@ -1,12 +1,12 @@
-"""Tensor parallelism and DP attention on real SGLang 0.5.23: two ranks on this machine's two
-cores (CPU harness: gloo collectives, one core per rank).
+"""Tensor parallelism, DP attention and expert parallelism on real SGLang 0.5.23: two ranks on
+this machine's two cores (CPU harness: gloo collectives, one core per rank).
 
-Each mode gets one capture test (concurrent requests of different lengths, so DP attention
-really splits the batch; prefill and decode rows against HF). TP=2 also gets an EAGLE-3 test
-with the demo's trained drafter (greedy tokens equal plain TP=1's; accept length next to
-TP=1's). EAGLE-3 runs under DP attention too: SGLang pads each rank's draft and verify
-batches to the largest rank's, and the harness's reference attention takes the padded shapes
-as the real CPU kernels do (tests/test_reference_ops_attention.py).
+Capture tests: concurrent requests of different lengths, so DP attention really splits the
+batch; prefill and decode rows against HF (under EP at the dense layer's tap and an MoE
+layer's). EAGLE-3 tests with the demo's trained drafter under TP=2, DP attention, EP and EP + DP
+attention: greedy tokens equal plain TP=1's, also in an uneven concurrent round (DP attention's
+ranks then run padded batches and idle batches), accept length within 2 % of TP=1's. PD
+disaggregation: tests/test_scale_out_pd.py.
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ def _assert_lossless(mode, tp1, seq, conc, uneven, accept, figures) -> None:
     request asked) and the accept length within 2 % of unified TP=1's."""
     same = sum(a == b for a, b in zip(seq, tp1["want"], strict=True))
     figures.record(f"{mode}: EAGLE-3 prompts equal to plain TP=1 greedy", f"{same} of {len(seq)}")
-    figures.record(f"{mode}: accept length (TP=1: {tp1['accept']:.3f})", accept)
+    figures.record(f"{mode}: accept length (TP=1: {tp1['accept']:.4f})", accept, ".4f")
     assert seq == tp1["want"]
     assert conc == tp1["want"]
     assert uneven == [w[:n] for w, n in zip(_uneven(tp1["want"]), UNEVEN_NEW, strict=True)]

@@ -149,7 +149,7 @@ def test_pd_through_the_router_is_lossless(deployment, figures):
         "PD (mooncake TCP, router): prompts equal to plain TP=1 greedy",
         f"{sum(a == b for a, b in zip(seq, want, strict=True))} of {len(want)}",
     )
-    figures.record(f"PD: accept length (unified TP=1: {unified:.3f})", accept)
+    figures.record(f"PD: accept length (unified TP=1: {unified:.4f})", accept, ".4f")
     assert seq == want
     assert conc == want
     assert odd == [want[i % len(want)][:n] for i, n in enumerate(UNEVEN_NEW)]
@@ -219,3 +219,21 @@ def test_pd_refuses_a_prefill_server_with_another_plan(deployment, figures):
     )
     log = deployment["decode"].log()
     assert log.count("PD plan check: refusing every request from prefill") == len(MISMATCH)
+
+
+def test_doctor_pointed_at_a_pd_deployment_says_what_to_point_it_at(deployment, capsys):
+    from sglang_eagle3.doctor.cli import main
+
+    draft = str(deployment["drafter"].draft_dir)
+    said = {}
+    for name in ("router", "decode", "prefill"):
+        assert main(["--draft", draft, "--server", deployment[name].url]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("sglang_eagle3.doctor: "), err
+        said[name] = err[0]
+    workers = f"{deployment['prefill'].url}, {deployment['decode'].url}"
+    assert "it is SGLang's router (workers " in said["router"]
+    assert all(u in said["router"] for u in workers.split(", ")), said["router"]
+    for role in ("decode", "prefill"):
+        assert f"is the {role} server of a PD deployment" in said[role], said[role]
+        assert "--enable-return-aux-hidden-states" in said[role]  # the command to start

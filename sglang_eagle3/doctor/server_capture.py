@@ -124,12 +124,25 @@ def server_capture_state(client: ServerClient) -> dict:
     except ServerHTTPError as err:
         if err.code != 404:
             raise
+        router = _router_workers(client)
+        what = (f"SGLang's router (workers {', '.join(router)}), which serves no taps"
+                if router is not None
+                else "not an SGLang started through sglang_eagle3's launcher (or its plugin "
+                "is not loaded), so its taps are unknown")  # fmt: skip
         raise WiringError(
-            f"{client.url} has no {CAPTURE_ROUTE}: it is not an SGLang started through "
-            "sglang_eagle3's launcher (or its plugin is not loaded), so its taps are unknown",
+            f"{client.url} has no {CAPTURE_ROUTE}: it is {what}",
             path="--server",
             fix=f"start the target with: {server_command()}",
         ) from None
+    mode = state.get("disaggregation_mode")
+    if mode in ("prefill", "decode"):
+        raise WiringError(
+            f"{client.url} is the {mode} server of a PD deployment: it serves EAGLE-3, and the "
+            "doctor needs a server in capture mode (one node, not disaggregated)",
+            path="--server",
+            fix=f"start the target on one node with: {server_command()} and point --server at "
+            "it (a PD deployment's plans are checked by its decode servers: README, Scale-out)",
+        )
     if not state.get("capture_only") or not state.get("capture_order"):
         raise WiringError(
             f"{client.url} is not in capture mode (no --enable-return-aux-hidden-states "
@@ -139,6 +152,17 @@ def server_capture_state(client: ServerClient) -> dict:
         )
     _check_state(state, f"{client.url}{CAPTURE_ROUTE}")
     return state
+
+
+def _router_workers(client: ServerClient) -> list[str] | None:
+    """The worker URLs when ``client`` is SGLang's router (it answers GET /workers)."""
+    try:
+        workers = client.get("/workers").get("workers")
+    except WiringError:
+        return None
+    if not isinstance(workers, list):
+        return None
+    return [str(w.get("url")) for w in workers if isinstance(w, dict)]
 
 
 # The fields the doctor reads from the route (hooks/capture_route.py capture_report).

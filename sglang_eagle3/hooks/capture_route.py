@@ -56,6 +56,8 @@ def capture_report(server_args: Any, env: Mapping[str, str], sglang_version: str
         "source": None,
         # where capture requests' files go (hooks/capture_file.py); None: hidden states as JSON
         "capture_dir": env.get(env_names.CAPTURE_DIR) or None,
+        # PD: "prefill" or "decode" (the doctor says why such a server cannot be scored)
+        "disaggregation_mode": str(getattr(server_args, "disaggregation_mode", None) or "null"),
     }
     # the capture hook only acts where SGLang switches EAGLE-3 capture on: capture-only
     # mode names it with this flag, and so does EAGLE-3 speculation

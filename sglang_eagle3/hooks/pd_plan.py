@@ -39,6 +39,7 @@ logger = get_logger()
 
 BOOTSTRAP_ROUTES = "sglang.srt.disaggregation.common.conn.CommonKVBootstrapServer._setup_routes"
 INIT_RECEIVER = "sglang.srt.disaggregation.decode.DecodePreallocQueue._init_receiver"
+DECODE_QUEUE = "sglang.srt.disaggregation.decode.DecodePreallocQueue.__init__"
 PEER_TIMEOUT_S = 10.0
 ABORT_RESENDS, ABORT_RESEND_S = 40, 0.5  # 20 s: a prefill registers a room within it
 # bootstrap address -> (the PrefillServerInfo checked against, the refusal or None)
@@ -96,7 +97,7 @@ def add_plan_route(result, server, *args, **kwargs) -> None:
 
     server.app.router.add_get(ROUTE, plan)
     logger.info("PD prefill: serving GET %s on the bootstrap server: %s", ROUTE,
-                body.get("fingerprint") or body["error"])  # fmt: skip
+                own_plan().describe() if status == 200 else body["error"])  # fmt: skip
 
 
 def fetch_peer_plan(addr: str) -> tuple[ServedPlan | None, str]:
@@ -171,6 +172,14 @@ def _tell_prefill_until_it_knows(receiver) -> None:
     threading.Thread(target=resend, name="sglang_eagle3-pd-abort", daemon=True).start()
 
 
+def log_decode_plan(result, queue, *args, **kwargs) -> None:
+    """AFTER the decode's prealloc queue is built (at start): compute and log this server's
+    plan now, not at the first request (the drafter's digest reads its weights)."""
+    mine = own_plan()
+    logger.info("PD decode: serving %s; each prefill server's plan is checked before its "
+                "first request is taken", mine.describe())  # fmt: skip
+
+
 def wanted(argv: list[str]) -> bool:
     """Only PD servers get these hooks (their targets import SGLang's disaggregation code)."""
     return _flag_value(argv, ("--disaggregation-mode",)) in ("prefill", "decode")
@@ -179,4 +188,5 @@ def wanted(argv: list[str]) -> bool:
 HOOKS = [
     (BOOTSTRAP_ROUTES, add_plan_route, HookType.AFTER),
     (INIT_RECEIVER, check_prefill_peer, HookType.AROUND),
+    (DECODE_QUEUE, log_decode_plan, HookType.AFTER),
 ]

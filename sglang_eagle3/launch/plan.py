@@ -30,6 +30,7 @@ from sglang_eagle3.layout.capture_plan import (
 from sglang_eagle3.layout.conventions import stock_capture
 from sglang_eagle3.layout.families import example_layout
 from sglang_eagle3.layout.hidden_state_layout import HiddenStateLayout
+from sglang_eagle3.layout.served_plan import pd_role_note
 from sglang_eagle3.layout.taps import parse_taps
 
 DRAFT_PATH = "--speculative-draft-model-path"
@@ -283,6 +284,9 @@ def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
         out = argv_set(out, flag, value)
     changes += [c.to_dict() for c in resolution.changes]
     notes += list(resolution.notes)
+    pd_note = pd_role_note(argv_get(argv, "--disaggregation-mode"),
+                           argv_get(argv, "--disaggregation-bootstrap-port"))  # fmt: skip
+    notes += [pd_note] if pd_note else []
     return LaunchPlan(
         target,
         spec,

@@ -107,8 +107,22 @@ def read_peer_plan(data: Any, *, peer: str) -> ServedPlan:
 FIX = (
     "start every prefill and decode server of the deployment through python -m "
     "sglang_eagle3.launch with the same drafter, --hidden-state-layout and speculative flags "
-    "(the launcher's plan prints each server's plan fingerprint)"
+    "(each PD server logs its plan and fingerprint at start)"
 )
+
+
+def pd_role_note(role: str | None, bootstrap_port: str | None) -> str | None:
+    """What a PD server of ``role`` publishes or checks (the launcher's plan says it)."""
+    if role == "prefill":
+        return (f"PD prefill: publishes this server's plan (taps, fc order, drafter weights "
+                f"sha256, speculative flags) at GET {ROUTE} on its bootstrap server (port "
+                f"{bootstrap_port or 'SGLang default 8998'}); decode servers refuse requests "
+                "from a prefill whose plan is not theirs")  # fmt: skip
+    if role == "decode":
+        return (f"PD decode: checks each prefill server's plan (GET {ROUTE} on its bootstrap "
+                "server) before taking its first request; a prefill serving another plan, or "
+                "none (no plugin), has every request refused with both plans named")  # fmt: skip
+    return None
 
 
 def plan_mismatch(mine: ServedPlan, peer: ServedPlan | None, *, peer_name: str,
