@@ -9,7 +9,8 @@ drafter shares with the target (its embedding, or lm_head when SGLang takes the 
 left out: writing it would overwrite the target's weights.
 
 The refusal reaches the caller as SGLang's own (success=False, message) answer: hooks on
-SGLang's WeightUpdater turn it into one, so a bad update never ends the scheduler.
+SGLang's WeightUpdater turn it into one, so a bad update never ends the scheduler. A disk
+update on an EAGLE-3 server loads the target only (hooks/disk_update.py).
 """
 
 from __future__ import annotations
@@ -116,6 +117,6 @@ def _hook(name: str):
     return hook
 
 
-UPDATE_ENTRY_POINTS = ("update_weights_from_tensor", "update_weights_from_disk",
-                       "load_weights_from_distributed")  # fmt: skip
+# update_weights_from_disk: hooks/disk_update.py (it also restores a failed load)
+UPDATE_ENTRY_POINTS = ("update_weights_from_tensor", "load_weights_from_distributed")
 HOOKS = [(f"{UPDATER}.{n}", _hook(n), HookType.AROUND) for n in UPDATE_ENTRY_POINTS]

@@ -89,10 +89,11 @@ def _apply_hooks(declared: str | None) -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry
 
     from sglang_eagle3.hooks.capture import HOOKS as CAPTURE_HOOKS
+    from sglang_eagle3.hooks.disk_update import HOOKS as DISK_HOOKS
     from sglang_eagle3.hooks.drafter import HOOKS as DRAFT_HOOKS
     from sglang_eagle3.hooks.drafter_update import HOOKS as UPDATE_HOOKS
 
-    hooks = CAPTURE_HOOKS + DRAFT_HOOKS + UPDATE_HOOKS
+    hooks = CAPTURE_HOOKS + DRAFT_HOOKS + UPDATE_HOOKS + DISK_HOOKS
     from sglang_eagle3.hooks import accept_watch_hooks
 
     if accept_watch_hooks.wanted(sys.argv):
