@@ -193,6 +193,14 @@ def test_a_killed_capture_resumes_to_the_same_data(files_server, second_server, 
     assert rows_a == [(i.tolist(), m.tolist()) for _, i, m in read_rows(out)]
     assert read_manifest(out) == read_manifest(tmp_path / "whole")
     assert not list((out / ".capture").glob("incoming/*"))
+    # resuming a complete set starts no server (launch mode: none is running for it)
+    done = capture("--data", data, "--hidden-state-layout", FC, "--model-path",
+                   files_server.argv[files_server.argv.index("--model-path") + 1], "--cpu",
+                   "--out", out, "--resume", "--no-progress", timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("nothing to capture: all 48 samples were already in")
+    assert "(no server started)" in done.stdout and "None" not in done.stdout
+    assert not (out / ".capture" / "capture-server.log").exists()
 
 
 def test_bad_input_is_one_message_and_exit_2_with_nothing_written(
@@ -238,6 +246,73 @@ def test_bad_input_is_one_message_and_exit_2_with_nothing_written(
             assert sorted(p.name for p in used.iterdir()) == ["keep.txt"]
         else:
             assert not out.exists(), name
+
+
+def test_more_bad_input_before_any_server(target, tmp_path, capsys):
+    """In process (no interpreter start each): each refused with one line, exit 2, before a
+    server starts, and nothing left that blocks a re-run."""
+    import socket
+
+    from sglang_eagle3.capture.cli import main
+
+    good = write_jsonl(tmp_path / "good.jsonl", corpus_rows(2))
+    chat = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant",
+                                                           "content": "yo"}]}  # fmt: skip
+    role = write_jsonl(
+        tmp_path / "role.jsonl",
+        [
+            {
+                "messages": [
+                    {"role": "customer", "content": "hi"},
+                    {"role": "assistant", "content": "yo"},
+                ]
+            }
+        ],
+    )
+    chats = write_jsonl(tmp_path / "chats.jsonl", [chat])
+    a_file = tmp_path / "a-file"
+    a_file.write_text("mine")
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    launch = ["--model-path", str(target), "--cpu"]
+    cases = {
+        "port taken": ([*launch, "--port", str(taken.getsockname()[1])], "is taken on"),
+        "port range": ([*launch, "--port", "70000"], "is not a TCP port (1-65535)"),
+        "host": ([*launch, "--host", "0.0.0.0"], "--host: the capture server is driven"),
+        "out is a file": ([*launch], "--out is a file, not a directory"),
+        "out unwritable": ([*launch], "cannot write in /proc"),
+        "keep-free nan": ([*launch, "--keep-free", "nan"], "--keep-free must be a number"),
+        "timeout 0": ([*launch, "--request-timeout", "0"], "--request-timeout must be"),
+        "no chats": ([*launch, "--regenerate"], "no line holds \"messages\""),
+        "regen params": ([*launch, "--regenerate", "--regenerate-params",
+                          '{"max_new_tokens": -5}'], "max_new_tokens -5 must be an int >= 1"),
+        "role": ([*launch], "role 'customer' is not one SGLang's chat API takes"),
+    }  # fmt: skip
+    outs = {"out is a file": a_file, "out unwritable": Path("/proc/sglang_eagle3_x")}
+    data = {"role": role, "regen params": chats}
+    try:
+        for name, (args, words) in cases.items():
+            out = outs.get(name, tmp_path / f"out-{name.replace(' ', '-')}")
+            code = main(["--data", str(data.get(name, good)), "--hidden-state-layout", FC,
+                         "--out", str(out), "--no-progress", *args])  # fmt: skip
+            err = capsys.readouterr().err.strip().splitlines()
+            assert code == 2 and len(err) == 1, (name, err)
+            assert words in err[0], (name, err[0])
+            assert a_file.read_text() == "mine"
+            assert name in outs or not out.exists(), name
+    finally:
+        taken.close()
+
+
+def test_capture_roles_are_sglangs_chat_roles():
+    import typing
+
+    from sglang.srt.entrypoints.openai import protocol
+
+    from sglang_eagle3.capture.inputs import CHAT_ROLES
+
+    assert set(CHAT_ROLES) == {"user", *typing.get_args(protocol._GenericMessageRole)}
 
 
 def test_regenerate_captures_the_targets_own_replies(files_server, target, tmp_path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -62,8 +63,14 @@ def _positive(args: argparse.Namespace) -> None:
             name = "--" + flag.replace("_", "-")
             raise WiringError(f"{name} must be >= 1, got {value}", path="command line",
                               fix=f"give {name} a positive count")  # fmt: skip
-    if args.keep_free < 0:
-        raise WiringError("--keep-free must be >= 0", path="command line", fix="e.g. 1")
+    # nan compares false with everything: it would switch the disk check off
+    if not math.isfinite(args.keep_free) or args.keep_free < 0:
+        raise WiringError(f"--keep-free must be a number of GiB >= 0, got {args.keep_free}",
+                          path="command line", fix="e.g. --keep-free 1")  # fmt: skip
+    if not math.isfinite(args.request_timeout) or args.request_timeout <= 0:
+        raise WiringError(f"--request-timeout must be a number of seconds > 0, got "
+                          f"{args.request_timeout}", path="command line",
+                          fix="e.g. --request-timeout 600")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,10 @@ from pathlib import Path
 
 from sglang_eagle3.errors import WiringError
 
+# The roles SGLang 0.5.23's chat API takes: "user" and _GenericMessageRole
+# (srt/entrypoints/openai/protocol.py:748; tests/test_capture.py checks the two agree).
+CHAT_ROLES = ("system", "user", "assistant", "tool", "function", "developer", "latest_reminder",
+              "root")  # fmt: skip
 FORMAT_FIX = ('one JSON object a line: {"messages": [{"role": "user", "content": "..."}, '
               '{"role": "assistant", "content": "..."}]}, {"text": "..."} or {"input_ids": '
               '[1, 2, ...], "loss_mask": [0, 1, ...] (optional)}')  # fmt: skip
@@ -49,6 +53,9 @@ def _check(obj, where: str) -> Line | str:
     for j, m in enumerate(msgs):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             return f'messages[{j}] must be an object with a string "role"'
+        if m["role"] not in CHAT_ROLES:
+            return (f"messages[{j}].role {m['role']!r} is not one SGLang's chat API takes "
+                    f"({', '.join(CHAT_ROLES)})")  # fmt: skip
         if not isinstance(m.get("content"), str):
             return f"messages[{j}].content must be a string"
     if not any(m["role"] == "assistant" for m in msgs):

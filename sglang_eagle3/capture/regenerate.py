@@ -11,6 +11,7 @@ rename) before it is captured, so a resumed run captures the same text whatever 
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 from collections.abc import Iterator
@@ -32,11 +33,31 @@ def parse_params(text: str | None) -> dict | None:
         params = json.loads(text)
     except json.JSONDecodeError:
         params = None
-    if not isinstance(params, dict) or not isinstance(params.get("max_new_tokens", 1), int):
+    fix = 'e.g. \'{"temperature": 0.7, "max_new_tokens": 512}\''
+    if not isinstance(params, dict):
         raise WiringError(f"--regenerate-params {text!r} is not a JSON object of SGLang sampling "
-                          "parameters", path="command line",
-                          fix='e.g. \'{"temperature": 0.7, "max_new_tokens": 512}\'')  # fmt: skip
+                          "parameters", path="command line", fix=fix)  # fmt: skip
+    for key, ok, rule in _RULES:
+        if key in params and not ok(params[key]):
+            raise WiringError(f"--regenerate-params: {key} {params[key]!r} must be {rule}",
+                              path="command line", fix=fix)  # fmt: skip
     return {**DEFAULT_PARAMS, **params}
+
+
+def _number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# what SGLang's SamplingParams.verify refuses, checked before any server starts
+_RULES = (
+    ("max_new_tokens", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+     "an int >= 1"),
+    ("temperature", lambda v: _number(v) and v >= 0, "a number >= 0"),
+    ("top_p", lambda v: _number(v) and 0 < v <= 1, "a number in (0, 1]"),
+    ("min_p", lambda v: _number(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    ("top_k", lambda v: isinstance(v, int) and not isinstance(v, bool) and (v == -1 or v >= 1),
+     "-1 or an int >= 1"),
+)  # fmt: skip
 
 
 def saved(folder: Path, sid: int) -> Line | None:

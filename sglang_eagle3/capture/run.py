@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -59,6 +61,23 @@ def _index(args, tok, regenerated: Path | None = None) -> tuple[list, list]:
                           "sample's length)", path=str(args.data),
                           fix="give samples, or raise --max-tokens")  # fmt: skip
     return ids, masks
+
+
+def _check_out(out: Path) -> None:
+    """--out must be a directory this process can write, or be creatable as one."""
+    if out.exists() and not out.is_dir():
+        raise WiringError("--out is a file, not a directory", path=str(out),
+                          fix="give a new directory for the data set")  # fmt: skip
+    probe = out if out.exists() else next(p for p in out.parents if p.exists())
+    if not probe.is_dir():
+        raise WiringError(f"{probe} is not a directory", path=str(out), fix="give another --out")
+    try:  # a real write: root passes every os.access test, even on /proc
+        fd, name = tempfile.mkstemp(dir=probe, prefix=".sglang_eagle3-probe-")
+    except OSError as err:
+        raise WiringError(f"cannot write in {probe}: {err.strerror}", path=str(out),
+                          fix="give --out on a writable file system") from None  # fmt: skip
+    os.close(fd)
+    os.unlink(name)
 
 
 def _check_disk(out: Path, todo_tokens: int, todo: int, width: int, keep: float) -> None:
@@ -193,12 +212,16 @@ def capture(args: argparse.Namespace, rest: list[str], fc: tuple[Tap, ...]) -> d
 
     params = parse_params(args.regenerate_params) if args.regenerate else None
     # the cheap refusals first: no server asked, no tokenizer loaded
-    if args.out.exists() and any(args.out.iterdir()) and not args.resume:
+    _check_out(args.out)
+    if Store.used(args.out) and not args.resume:
         Store.refuse_used(args.out)
     if not args.data.is_file():
         raise WiringError("--data is not a file", path=str(args.data), fix="give a JSONL file")
-    for _ in read_lines(args.data):  # every line checked before anything starts
-        pass
+    chats = sum(1 for line in read_lines(args.data) if line.messages)  # every line checked
+    if params and not chats:
+        raise WiringError("--regenerate replaces assistant turns, but no line holds "
+                          '"messages"', path=str(args.data),
+                          fix="drop --regenerate, or give conversations")  # fmt: skip
     launch = None
     if args.server:
         if rest:
@@ -216,10 +239,10 @@ def capture(args: argparse.Namespace, rest: list[str], fc: tuple[Tap, ...]) -> d
             check_server(url, stored, args.request_timeout)
         model, cfg = args.tokenizer or tokenizer_of(args.server[0]), {}
     else:
-        target, launch_args, cpu = launch_target(rest)
+        target, launch_args, cpu, port = launch_target(rest)
         n, hidden, model = target.num_layers, target.hidden_size, target.path
         stored = stored_taps(fc, n)
-        launch = (target, check_launch(target, launch_args, stored), cpu)
+        launch = (target, check_launch(target, launch_args, stored), cpu, port)
         cfg = read_target_config(target.path, ints=())[0]
     tok = load_tokenizer(args.tokenizer or str(model))
     width = len(stored) * hidden * _dtype_bytes(launch[1] if launch else [], cfg)
@@ -237,18 +260,23 @@ def capture(args: argparse.Namespace, rest: list[str], fc: tuple[Tap, ...]) -> d
            "stored_taps": [str(t) for t in stored], "max_samples": args.max_samples,
            "max_tokens": args.max_tokens, "regenerate": params}  # fmt: skip
     store = Store(args.out, run, resume=args.resume)
-    with servers(args.server, launch, stored, store, args.log_dir,
-                 args.request_timeout) as sources:  # fmt: skip
+    if args.resume and not _todo(len(ids), store.done()):  # every sample is in: no server
         if params:
-            _regenerate(args, sources, tok, store, params)
             ids, masks = _index(args, tok, store.regenerated)
-        have = store.done(src.folder for src in sources)
-        todo = _todo(len(ids), have)
-        start = time.monotonic()
-        written, per_server = _capture_all(sources, store, ids, todo, (len(stored), hidden),
-                                           args)  # fmt: skip
-        urls = [src.client.url for src in sources]
-        seconds = time.monotonic() - start
+        todo, written, per_server, urls, seconds = [], 0, [], [], 0.0
+    else:
+        with servers(args.server, launch, stored, store, args.log_dir,
+                     args.request_timeout) as sources:  # fmt: skip
+            if params:
+                _regenerate(args, sources, tok, store, params)
+                ids, masks = _index(args, tok, store.regenerated)
+            have = store.done(src.folder for src in sources)
+            todo = _todo(len(ids), have)
+            start = time.monotonic()
+            written, per_server = _capture_all(sources, store, ids, todo,
+                                               (len(stored), hidden), args)  # fmt: skip
+            urls = [src.client.url for src in sources]
+            seconds = time.monotonic() - start
     manifest = _manifest(store, ids)
     store.finish(ids, masks, manifest)
     tokens = sum(len(ids[s]) for s in todo)
@@ -283,6 +311,10 @@ def _regenerate(args, sources, tok, store: Store, params: dict) -> None:
 
 
 def summary_line(s: dict) -> str:
+    if not s["captured"]:
+        return (f"nothing to capture: all {s['already_in']} samples were already in {s['out']} "
+                f"(no server started); index and manifest written; taps {', '.join(s['taps'])} "
+                "(fc, then the verifier; layer:K = output of decoder layer K)")  # fmt: skip
     split = s["per_server"]
     on = f" on {len(split)} servers ({', '.join(str(x['samples']) for x in split)})"
     return (f"captured {s['captured']} samples{on if len(split) > 1 else ''} "

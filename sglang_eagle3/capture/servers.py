@@ -46,8 +46,32 @@ def launch_target(rest: list[str]):
     if argv_get(rest, "--hidden-state-layout") is not None:
         raise WiringError("give the taps once, with the capture's own --hidden-state-layout",
                           path="command line", fix="drop the second one")  # fmt: skip
-    args = drop_options(list(rest), lambda name: name == "--model-path")
-    return read_target(model, refuse_draft=True), args, "--cpu" in args
+    if argv_get(rest, "--host") is not None:
+        raise WiringError("--host: the capture server is driven from this process, on loopback",
+                          path="command line", fix="drop --host (or start the server yourself "
+                          "and pass --server URL)")  # fmt: skip
+    port = _port(argv_get(rest, "--port"))
+    args = drop_options(list(rest), lambda name: name in ("--model-path", "--port"))
+    return read_target(model, refuse_draft=True), args, "--cpu" in args, port
+
+
+def _port(value: str | None) -> int | None:
+    """The capture server's --port: a free TCP port on loopback, checked before anything."""
+    import socket
+
+    if value is None:
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= 65535:
+        raise WiringError(f"--port {value!r} is not a TCP port (1-65535)", path="command line",
+                          fix="e.g. --port 30000, or drop it for a free one")  # fmt: skip
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", int(value)))
+        except OSError as err:
+            raise WiringError(f"--port {value} is taken on 127.0.0.1 ({err.strerror})",
+                              path="command line", fix="give a free port, or drop --port for "
+                              "a free one") from None  # fmt: skip
+    return int(value)
 
 
 def check_launch(target, args: list[str], stored: tuple[Tap, ...]) -> list[str]:
@@ -105,12 +129,12 @@ def servers(urls: list[str], launch, stored: tuple[Tap, ...], store: Store, log_
         return
     from sglang_eagle3.launch.server_process import sglang_server, signals_interrupt
 
-    target, args, cpu = launch
+    target, args, cpu, port = launch
     log_dir = log_dir or store.out / STATE_DIR
     log_dir.mkdir(parents=True, exist_ok=True)
     srv = sglang_server(target.path, [*args, "--capture-dir", str(store.incoming)],
                         log_dir / "capture-server.log", cpu=cpu,
-                        module="sglang_eagle3.launch")  # fmt: skip
+                        module="sglang_eagle3.launch", port=port)  # fmt: skip
     with signals_interrupt():
         try:
             srv.start()

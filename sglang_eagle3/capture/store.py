@@ -49,7 +49,7 @@ class Store:
         self.incoming = out / STATE_DIR / "incoming"
         self.regenerated = out / STATE_DIR / "regenerated"  # capture/regenerate.py
         run_file = out / STATE_DIR / "run.json"
-        used = out.exists() and any(out.iterdir())
+        used = self.used(out)
         if used and not resume:
             self.refuse_used(out)
         if used:
@@ -71,6 +71,25 @@ class Store:
             tmp = run_file.with_suffix(".tmp")
             tmp.write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
             os.replace(tmp, run_file)
+
+    @staticmethod
+    def used(out: Path) -> bool:
+        """Whether ``out`` holds anything but what a run that captured nothing leaves (its
+        state folder, logs and empty folders): such a run is started again, not resumed."""
+        if not out.is_dir():
+            return False
+        for p in out.iterdir():
+            if p.name == HS_DIR and p.is_dir() and not any(p.iterdir()):
+                continue
+            state = [out / STATE_DIR / "incoming", out / STATE_DIR / "regenerated"]
+            if (
+                p.name == STATE_DIR
+                and p.is_dir()
+                and not any(f for d in state if d.is_dir() for f in d.iterdir())
+            ):
+                continue
+            return True
+        return False
 
     @staticmethod
     def refuse_used(out: Path) -> None:

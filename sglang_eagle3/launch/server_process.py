@@ -242,13 +242,13 @@ def interrupted_by(stop: KeyboardInterrupt) -> tuple[str, int]:
 
 def sglang_server(
     model_path: str | Path, extra: list[str], log_path: Path, *, cpu: bool = True,
-    env: dict[str, str] | None = None, module: str = STOCK_SERVER,
+    env: dict[str, str] | None = None, module: str = STOCK_SERVER, port: int | None = None,
 ) -> ServerProcess:  # fmt: skip
     """A not-yet-started server: `python -m <module> --model-path ... <extra>`.
 
-    `env` adds to (or overrides) this process's environment.
+    `env` adds to (or overrides) this process's environment; `port`: a free one if None.
     """
-    port = free_port()
+    port = free_port() if port is None else port
     full_env = {**os.environ, **(env or {})}
     if cpu:
         full_env = harness_env(full_env)
