@@ -14,6 +14,8 @@ TINY_EMBEDDED = "SGLANG_EAGLE3_TINY_EMBEDDED"  # "0": train the tiny models, nev
 CPU_FORK = "SGLANG_EAGLE3_CPU_FORK"  # "1": on the CPU harness at one thread, fork SGLang's children
 ACCEPT_WATCH = "SGLANG_EAGLE3_ACCEPT_WATCH"  # JSON: expected accept length, fraction, window
 CAPTURE_DIR = "SGLANG_EAGLE3_CAPTURE_DIR"  # a folder: capture requests' taps go to files there
+# a pid: the SGLang server started by that process (our CLIs) stops when it dies, SIGKILL too
+PARENT_PID = "SGLANG_EAGLE3_PARENT_PID"
 RECORD_TAPS = "SGLANG_EAGLE3_RECORD_TAPS"  # a folder: the CPU harness saves every captured tap
 
 # SGLang's.

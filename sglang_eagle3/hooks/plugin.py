@@ -60,6 +60,9 @@ def refuse(err: WiringError) -> None:
 
 
 def register() -> None:
+    from sglang_eagle3.hooks.lifeline import install
+
+    install(is_main_process=multiprocessing.parent_process() is None)
     declared = declared_layout(sys.argv)
     logger.info(
         "plugin loaded in process %s (pid %d)", multiprocessing.current_process().name, os.getpid()

@@ -136,8 +136,10 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        # the server's plugin stops it when this process dies, SIGKILL too (hooks/lifeline.py)
+        env = {**self.env, env_names.PARENT_PID: str(os.getpid())}
         self.proc = subprocess.Popen(
-            self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=self.env,
+            self.argv, stdout=self._log, stderr=subprocess.STDOUT, env=env,
             start_new_session=True,
         )  # fmt: skip
         return self
