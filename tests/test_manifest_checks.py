@@ -141,6 +141,7 @@ REFUSALS = [
     ("fc width", "the data has 3 fc taps (embed, layer:3, layer:5) of width 128 = 384 input "
      "features, but the draft's fc.weight takes 256 (2 taps of 128)"),
     ("config count", "the data's fc taps embed, layer:3, layer:5 do not fit this draft"),
+    ("verifier depth", "the draft was trained against"),
 ]  # fmt: skip
 
 
@@ -158,12 +159,22 @@ def test_stamp_refusals_exit_2_with_one_line_and_write_nothing(case, message, tm
         make_flat_draft(draft, flat_config(hidden=HIDDEN, ids=[-1, 2]), fc_in=2 * HIDDEN)
     if case == "config count":  # weights for three taps, a config that says two
         make_flat_draft(draft, flat_config(hidden=HIDDEN, ids=[-1, 2]))
+    if case == "verifier depth":  # trained against a 16-layer target; the data's has fewer
+        other = tmp_path / "other-target"
+        other.mkdir()
+        (other / "config.json").write_text(json.dumps({
+            "architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 16,
+            "hidden_size": HIDDEN}))  # fmt: skip
+        cfg = json.loads((draft / "config.json").read_text())
+        cfg["speculators_config"] = {"verifier": {"name_or_path": str(other)}}
+        (draft / "config.json").write_text(json.dumps(cfg))
     before, out_before = digest(draft), digest(out) if out.exists() else None
     code, text, err = stamp(capsys, "--draft", draft, "--data", data, "--out", out)
     lines = err.splitlines()
     assert code == 2 and text == "" and len(lines) == 1, err
     assert lines[0].startswith(STAMP) and message in lines[0] and "Fix:" in lines[0], lines
-    named = {"no manifest": data, "fc width": draft, "config count": draft / "config.json"}
+    named = {"no manifest": data, "fc width": draft, "config count": draft / "config.json",
+             "verifier depth": draft / "config.json"}  # fmt: skip
     assert f"{STAMP} {named.get(case, out)}: " in lines[0], lines
     assert digest(draft) == before
     assert (digest(out) if out.exists() else None) == out_before

@@ -81,6 +81,7 @@ def stamp(draft: Path, data: Path, out: Path) -> list[str]:
     fc = parse_taps(list(manifest.fc_taps))
     n, width = manifest.target.num_layers, manifest.target.hidden_size
     family = family_for(manifest.target.architecture)
+    _check_verifier(draft, manifest, data)
     _check_fc_width(draft, fc, width, data)
     before = _declared(draft, manifest, family)
     try:  # the draft read with the data's taps: what the config says must not contradict
@@ -111,6 +112,33 @@ def stamp(draft: Path, data: Path, out: Path) -> list[str]:
         f"  serve it: python -m sglang_eagle3.launch ... --speculative-draft-model-path {out} "
         f"--training-data {data}",
     ]
+
+
+def _check_verifier(draft: Path, manifest: DataManifest, data: Path) -> None:
+    """A draft whose config names the target it was trained against (speculators'
+    ``speculators_config.verifier``) as a local directory: that target must be the data's. A
+    hub name cannot be read here; the launcher compares the data with the served target."""
+    from sglang_eagle3.checkpoint.target_config import read_target
+    from sglang_eagle3.data.manifest import target_mismatch
+
+    cfg = read_draft_config_json(draft)
+    verifier = (cfg.get("speculators_config") or {}).get("verifier") or {}
+    where = verifier.get("name_or_path") if isinstance(verifier, dict) else None
+    if not isinstance(where, str) or not (Path(where) / "config.json").is_file():
+        return
+    try:
+        target = read_target(where)
+    except WiringError:
+        return  # not a target config we read: nothing to compare
+    err = target_mismatch(manifest, target.architecture, target.num_layers, target=where,
+                          data=str(data))  # fmt: skip
+    if err is not None:
+        raise WiringError(
+            f"the draft was trained against {where} (its speculators_config.verifier): "
+            f"{err.message}",
+            path=str(draft / "config.json"),
+            fix="stamp the draft with data captured from the target it was trained against",
+        )
 
 
 def _check_paths(draft: Path, data: Path, out: Path) -> None:
