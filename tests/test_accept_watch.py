@@ -62,7 +62,9 @@ def launch_args(tmp_path):
     [
         ("at most 1", ["--expected-accept-length", "0.9"], "0.9 is not above 1"),
         ("no speculation", ["--expected-accept-length", "2"], "needs a speculative EAGLE-3"),
-        ("unreadable", ["--expected-accept-length", "missing.json"], "missing.json: cannot read"),
+        ("unreadable", ["--expected-accept-length", "missing.json"],
+         "--expected-accept-length 'missing.json' is neither a number, nor JSON, nor an existing "
+         "file"),
         ("no value", ["--expected-accept-length", "{}"], "no accept length in it"),
         ("other steps", ["--expected-accept-length", '{"replay_accept_length": 2.2, '
                          '"steps": 5}'], "the expectation is for steps=5, but this server runs "
@@ -93,3 +95,51 @@ def test_a_doctor_json_sets_the_watch_for_the_plugin(tmp_path, launch_args):
     assert env["expected"] == 2.27 and env["source"] == str(doctor)  # the replay, first
     assert env["fraction"] == 0.8 and env["window"] == 2000
     assert env["doctor"].startswith("python -m sglang_eagle3.doctor --draft ")
+
+
+# (extra flags, what the one line must say); the server drafts 3 steps (DeepSeek's default)
+EXPECTATIONS = [
+    (["--expected-accept-length", "9", "--speculative-num-steps", "3"],
+     "--expected-accept-length 9 is more than a verify can yield with --speculative-num-steps "
+     "3: at most steps + 1 = 4"),
+    (["--expected-accept-length", "2.5", "--speculative-num-steps", "1"], "steps + 1 = 2"),
+    (["--expected-accept-length", "doctor.json"], "doctor.json: its accept length 4.5 is more "
+     "than a verify can yield with --speculative-num-steps 3"),
+    (["--expected-accept-length", '{"expected_accept_length": 7}'], "its accept length 7 is more"),
+    (["--expected-accept-length", "abc"],
+     "--expected-accept-length 'abc' is neither a number, nor JSON, nor an existing file"),
+    (["--expected-accept-length", ""], "'' is neither a number"),
+    (["--expected-accept-length", "{bad"], "'{bad' is not valid JSON"),
+    (["--expected-accept-length", "inf"], "--expected-accept-length inf is not a finite number"),
+    (["--expected-accept-length", "nan"], "--expected-accept-length nan is not a finite number"),
+    (["--expected-accept-length", '{"replay_accept_length": true}'], "true is not a number"),
+    (["--expected-accept-length", '{"replay_accept_length": 2, "steps": "3"}'],
+     'its steps "3" is not a whole number'),
+    # the watch's own options, refused with or without an expectation (nan passes no check)
+    (["--accept-watch-fraction", "nan"], "--accept-watch-fraction nan is not between 0 and 1"),
+    (["--accept-watch-fraction", "inf", "--expected-accept-length", "2"], "inf is not between"),
+    (["--accept-watch-fraction", "-0.5"], "-0.5 is not between 0 and 1"),
+    (["--accept-watch-window", "0"], "--accept-watch-window 0 is not a positive number"),
+    (["--accept-watch-window", "x"], "argument --accept-watch-window: invalid int value: 'x'"),
+]  # fmt: skip
+
+
+def test_an_expectation_no_verify_can_meet_is_one_line_and_exit_2(
+    tmp_path, launch_args, monkeypatch, capsys
+):
+    from sglang_eagle3.launch.cli import main
+
+    write_json(tmp_path / "doctor.json", {"replay_accept_length": 4.5, "steps": 3})
+    monkeypatch.chdir(tmp_path)
+    for extra, message in EXPECTATIONS:
+        assert main([*launch_args, *extra, "--dry-run"]) == 2, extra
+        out, err = capsys.readouterr()
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert out == "" and len(lines) == 1, (extra, out, lines)
+        assert lines[0].startswith("python -m sglang_eagle3.launch: error:"), lines
+        assert message in lines[0], (extra, lines[0])
+    # steps + 1 itself, and the JSON as text, are taken
+    for value in ("4", '{"replay_accept_length": 2.2, "steps": 3}'):
+        assert main([*launch_args, "--expected-accept-length", value, "--json", "--dry-run"]) == 0
+        env = json.loads(json.loads(capsys.readouterr().out)["env"][env_names.ACCEPT_WATCH])
+        assert env["expected"] in (4.0, 2.2)

@@ -116,8 +116,9 @@ def _tune(args: list[str], cwd) -> subprocess.CompletedProcess:
         ("tree under trtllm_mha", ["--topk", "1-2", "--attention-backend", "trtllm_mha"],
          "which SGLang would refuse with these flags"),
         ("not speculative", ["--no-spec"], "the tuner needs an EAGLE-3 server with a draft"),
-        ("bad steps", ["--steps", "0-3"], "--steps '0-3' is not a list of integers >= 1"),
-        ("bad explain", ["--explain", "3,1,9"], "--explain '3,1,9' is not steps,topk"),
+        ("bad steps", ["--steps", "0-3"], "--steps '0-3': 0 is outside the allowed 1-8"),
+        ("bad explain", ["--explain", "3,1,9"], "--explain '3,1,9' (steps 3, topk 1, draft "
+         "tokens 9) is a setting SGLang would not run"),
         ("bad concurrency", ["--concurrency", "x"], "--concurrency 'x'"),
         # the launcher's own flags, checked by the launcher's code before the first server
         ("missing training data", ["--training-data", "nowhere"], "training data not found"),
@@ -143,6 +144,93 @@ def test_bad_input_exits_2_before_any_server(tmp_path, case, extra, message):
     assert err[0].startswith("python -m sglang_eagle3.tune: error:") and message in err[0], err
     assert "SGLANG_IMPORTED" not in out.stderr
     assert not (tmp_path / "tune-logs").exists()  # no server started
+
+
+# (extra flags, what the one line must say): each refused in-process, before any server
+REFUSED = [
+    # every file or folder it writes at the end, checked before the first server
+    (["--adaptive-config", "missing/x.json"], "its folder"),
+    (["--png", "missing/x.png"], "does not exist"),
+    (["--png", "afile/x.png"], "is a file, not a folder"),
+    (["--adaptive-config", "afile/sub/x.json"], "does not exist"),
+    (["--adaptive-config", "."], "--adaptive-config . is a folder"),
+    (["--log-dir", "afile/logs"], "--log-dir afile/logs"),
+    (["--png", "plot.json"], "written as PNG"),
+    (["--png", "p.png", "--adaptive-config", "p.png"], "name the same file"),
+    # the ranges the help states, and malformed ranges, named with the allowed range
+    (["--steps", "1-9"], "--steps '1-9': 9 is outside the allowed 1-8"),
+    (["--topk", "5"], "--topk '5': 5 is outside the allowed 1-4"),
+    (["--topk", "0,2"], "0 is outside the allowed 1-4"),
+    (["--steps", "3-1"], "the range 3-1 runs backwards"),
+    (["--steps", "a"], "'a' is neither a whole number N nor a range A-B"),
+    (["--steps", ""], "an empty part"),
+    (["--steps", "1,,2"], "an empty part"),
+    (["--steps", "1-2-3"], "'1-2-3' is neither"),
+    (["--concurrency", "0"], "--concurrency '0': 0 is outside the allowed 1-1024"),
+    (["--concurrency", "1-99999999999"], "99999999999 is outside the allowed 1-1024"),
+    (["--max-draft-tokens", "1"], "--max-draft-tokens 1 is outside 2-117"),
+    (["--max-draft-tokens", "200"], "--max-draft-tokens 200 is outside 2-117"),
+    (["--max-draft-tokens", "abc"], "argument --max-draft-tokens: invalid int value: 'abc'"),
+    (["--max-tokens", "0"], "--max-tokens 0"),
+    (["--max-new-tokens", "1"], "--max-new-tokens 1"),
+    # --explain names the wrong part, and SGLang's rule (spec_flags.py's words)
+    (["--explain", "1,1,16"], "draft tokens 16) is a setting SGLang would not run as given: "
+     "conflicting speculative flags"),
+    (["--explain", "1,1,16"], "== --speculative-num-steps + 1 = 2"),
+    (["--explain", "2,2,9"], "at most 7 draft tokens"),
+    (["--explain", "1,2"], "--explain '1,2' has 2 part(s)"),
+    (["--explain", "0,1,2"], "steps '0' is not a whole number >= 1"),
+    (["--explain", "3,x,4"], "topk 'x' is not a whole number >= 1"),
+    # the launcher's checks of each server the run times, not only of the user's flags
+    (["--expected-accept-length", "9"], "9 is more than a verify can yield with "
+     "--speculative-num-steps 3"),
+    (["--expected-accept-length", "3.5"], "the tuner times the server of steps 1, topk 1, "
+     "draft tokens 2, which the launcher would refuse: --expected-accept-length 3.5 is more"),
+    (["--expected-accept-length", "abc"], "'abc' is neither a number, nor JSON, nor an existing"),
+    (["--accept-watch-fraction", "nan"], "--accept-watch-fraction nan is not between 0 and 1"),
+    (["--dry-run"], "--dry-run: the tuner starts and times its servers itself"),
+]  # fmt: skip
+
+
+def test_every_bad_value_is_one_line_and_exit_2_before_anything(tmp_path, monkeypatch, capsys):
+    from sglang_eagle3.tune.cli import main
+
+    target = write_json(tmp_path / "t" / "config.json", {
+        "architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 8, "hidden_size": 16,
+    }).parent  # fmt: skip
+    draft = make_flat_draft(tmp_path / "d", flat_config(hidden=16, ids=[-1, 2, 5]), fc_in=48)
+    (tmp_path / "afile").write_text("x")
+    monkeypatch.chdir(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    args = ["--model-path", str(target), "--speculative-algorithm", "EAGLE3",
+            "--speculative-draft-model-path", str(draft)]  # fmt: skip
+    for extra, message in REFUSED:
+        assert main(args + extra) == 2, extra
+        out, err = capsys.readouterr()
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert out == "" and len(lines) == 1, (extra, out, lines)
+        assert lines[0].startswith("python -m sglang_eagle3.tune: error:"), lines
+        assert message in lines[0], (extra, lines[0])
+    assert sorted(tmp_path.rglob("*")) == before  # nothing written, no log folder
+
+
+def test_the_plain_server_keeps_no_draft_only_flag_and_the_report_outlives_a_failed_write(
+    tmp_path, monkeypatch, capsys
+):
+    from sglang_eagle3.tune import cli
+    from sglang_eagle3.tune.measure import plain_argv
+
+    argv = ["--cpu", "--model-path", "m", "--speculative-algorithm", "EAGLE3",
+            "--speculative-num-steps", "3", "--expected-accept-length", "2",
+            "--accept-watch-fraction", "0.7", "--hidden-state-layout", "embed,layer:1",
+            "--training-data", "data", "--tp-size", "2"]  # fmt: skip
+    assert plain_argv(argv) == ["--cpu", "--model-path", "m", "--tp-size", "2"]
+    # a write that fails after the run (checked paths can still vanish): the report is printed
+    monkeypatch.setattr(cli, "run", lambda args, rest: {"adaptive_config": {"1": {}}})
+    assert cli.main(["--json", "--adaptive-config", str(tmp_path / "gone" / "a.json")]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"adaptive_config": {"1": {}}}
+    assert len(err.splitlines()) == 1 and "cannot write" in err
 
 
 @pytest.mark.sglang

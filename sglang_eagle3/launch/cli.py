@@ -14,11 +14,12 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import NoReturn
 
 from sglang_eagle3 import env_names
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.hooks.accept_watch import DEFAULT_FRACTION, DEFAULT_WINDOW
-from sglang_eagle3.launch.accept_expectation import watch_from_args
+from sglang_eagle3.launch.accept_expectation import with_watch
 from sglang_eagle3.launch.cpu_env import (
     STOCK_SERVER,
     cpu_ranks,
@@ -33,8 +34,16 @@ from sglang_eagle3.launch.wiring_table import command_line, render
 PROG = "python -m sglang_eagle3.launch"
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose refusal is one line and exit 2, as every other bad input here (its own
+    prints the whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}. Fix: see {self.prog} --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog=PROG,
         add_help=False,
         description="Launch SGLang with EAGLE-3 hidden-state taps and speculative flags "
@@ -103,18 +112,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--expected-accept-length",
         metavar="VALUE|JSON",
-        help="watch the served accept length live: the value the drafter should reach (> 1), or "
-        "the JSON of `python -m sglang_eagle3.doctor --json` (its replay or predicted value); "
+        help="watch the served accept length live: the value the drafter should reach (above "
+        "1, at most --speculative-num-steps + 1), or the JSON of `python -m "
+        "sglang_eagle3.doctor --json` (a file or its text: its replay or predicted value); "
         "one warning per window that falls below --accept-watch-fraction of it",
     )
     p.add_argument(
         "--accept-watch-fraction",
         type=float,
         default=DEFAULT_FRACTION,
-        help="warn below this fraction of the expected accept length (%(default)s)",
+        help="warn below this fraction (between 0 and 1) of the expected accept length "
+        "(%(default)s)",
     )
     p.add_argument("--accept-watch-window", type=int, default=DEFAULT_WINDOW,
-                   help="verified tokens per comparison (%(default)s)")  # fmt: skip
+                   help="verified tokens per comparison (>= 1; %(default)s)")  # fmt: skip
     p.add_argument(
         "--draft-cache-dir",
         type=Path,
@@ -157,30 +168,6 @@ def _bind_cpu_ranks(plan: LaunchPlan) -> LaunchPlan:
         return plan
     note = f"{name}={env[name]}: a core set per CPU rank (set it yourself to choose others)"
     return replace(plan, env={**plan.env, name: env[name]}, notes=(*plan.notes, note))
-
-
-def _watch(plan: LaunchPlan, args: argparse.Namespace) -> LaunchPlan:
-    """The plan with the accept-length watch's settings in the plugin's environment."""
-    if args.expected_accept_length is None:
-        return plan
-    if plan.resolution is None or plan.draft_src is None:
-        raise WiringError(
-            "--expected-accept-length needs a speculative EAGLE-3 server with a draft",
-            path="command line",
-            fix="add --speculative-algorithm EAGLE3 --speculative-draft-model-path DRAFT, or "
-            "drop --expected-accept-length",
-        )
-    steps, topk, _ = plan.resolution.flags.as_tuple()
-    doctor = ["python", "-m", "sglang_eagle3.doctor", "--draft", plan.draft_src, "--target",
-              plan.target.path, "--steps", str(steps), "--topk", str(topk)]  # fmt: skip
-    watch = watch_from_args(args.expected_accept_length, fraction=args.accept_watch_fraction,
-                            window=args.accept_watch_window, steps=steps, topk=topk,
-                            doctor=doctor)  # fmt: skip
-    note = (
-        f"accept-length watch: expected {watch.expected:.2f} (from {watch.source}); one "
-        f"warning per {watch.window} verified tokens served below {watch.fraction:g} of it"
-    )
-    return replace(plan, env={**plan.env, **watch.to_env()}, notes=(*plan.notes, note))
 
 
 def _check_training_data(plan: LaunchPlan, data: Path | None) -> LaunchPlan:
@@ -276,12 +263,15 @@ def checked_plan(args: argparse.Namespace, sglang: list[str]) -> LaunchPlan:
     plan = _capture_dir(plan, args.capture_dir)
     if args.cpu:
         plan = _bind_cpu_ranks(plan)
-    return _watch(plan, args)
+    return with_watch(plan, args)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    try:
+        args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as stop:  # OneLineParser's refusal: its line is printed
+        return int(stop.code or 0)
     if args.help:
         parser.print_help()
         print(

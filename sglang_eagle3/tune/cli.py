@@ -15,19 +15,34 @@ import json
 import sys
 from pathlib import Path
 
-from sglang_eagle3.draft_tree_size import max_draft_tokens
 from sglang_eagle3.errors import WiringError
+from sglang_eagle3.launch.cli import OneLineParser
+from sglang_eagle3.tune.checks import (
+    CONCURRENCY,
+    DRAFT_TOKENS,
+    MIN_NEW_TOKENS,
+    STEPS,
+    TOPK,
+    check_numbers,
+    check_outputs,
+    explained_setting,
+)
 from sglang_eagle3.tune.grid import Setting, grid, parse_range
 
 PROG = "python -m sglang_eagle3.tune"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("--concurrency", default="1,8,32", help="concurrent requests to predict for")
-    p.add_argument("--steps", default="1-8", help="--speculative-num-steps to consider (1-8)")
-    p.add_argument("--topk", default="1-4", help="--speculative-eagle-topk to consider (1-4)")
-    p.add_argument("--max-draft-tokens", type=int, default=16, help="largest draft tokens (16)")
+    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    span = "{0[0]}-{0[1]}".format
+    p.add_argument("--concurrency", default="1,8,32",
+                   help=f"concurrent requests to predict for ({span(CONCURRENCY)})")  # fmt: skip
+    p.add_argument("--steps", default=span(STEPS),
+                   help=f"--speculative-num-steps to consider ({span(STEPS)})")  # fmt: skip
+    p.add_argument("--topk", default=span(TOPK),
+                   help=f"--speculative-eagle-topk to consider ({span(TOPK)})")  # fmt: skip
+    p.add_argument("--max-draft-tokens", type=int, default=16,
+                   help=f"largest draft tokens ({span(DRAFT_TOKENS)}; default 16)")  # fmt: skip
     p.add_argument("--data", help="the drafter's training data (default: the target's own "
                    "greedy continuations, as the doctor's data-free mode)")  # fmt: skip
     p.add_argument(
@@ -41,8 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
         help='JSONL, one {"text": ...} a line: the traffic timed and, '
         "without --data, profiled (default: the bench's built-in code prompts)",
     )
-    p.add_argument("--max-tokens", type=int, default=2048, help="draft positions scored (2048)")
-    p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per timed request")
+    p.add_argument("--max-tokens", type=int, default=2048,
+                   help="draft positions scored (>= 1; default 2048)")  # fmt: skip
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=128,
+        help=f"tokens per timed request (>= {MIN_NEW_TOKENS}; default 128)",
+    )
     p.add_argument(
         "--explain",
         action="append",
@@ -51,9 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also predict and explain this setting, e.g. 15,1,16 (repeatable)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--png", type=Path, help="plot predicted tok/s against steps and topk")
-    p.add_argument("--adaptive-config", type=Path, help="write SGLang's adaptive config JSON")
-    p.add_argument("--log-dir", type=Path, default=Path("tune-logs"), help="server logs")
+    p.add_argument("--png", type=Path, help="plot predicted tok/s against steps and topk "
+                   "(a .png in an existing folder)")  # fmt: skip
+    p.add_argument("--adaptive-config", type=Path, help="write SGLang's adaptive config JSON "
+                   "(in an existing folder)")  # fmt: skip
+    p.add_argument("--log-dir", type=Path, default=Path("tune-logs"),
+                   help="server logs (made when missing)")  # fmt: skip
     p.add_argument(
         "--paired",
         action=argparse.BooleanOptionalAction,
@@ -64,31 +88,44 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _setting(text: str) -> Setting:
-    try:
-        s, k, n = (int(x) for x in text.split(","))
-    except ValueError:
-        s = k = n = 0
-    if min(s, k) < 1 or not 2 <= n <= max_draft_tokens(max(s, 1), max(k, 1)):
-        raise WiringError(f"--explain {text!r} is not steps,topk,draft_tokens SGLang can run",
-                          path="command line", fix="give e.g. --explain 15,1,16")  # fmt: skip
-    return Setting(s, k, n)
-
-
 def _plan(rest: list[str]):
     """The launcher's own checks of the user's flags, all of them (its --training-data and
-    --expected-accept-length too) before any server starts; (plan, SGLang argv, on CPU)."""
+    --expected-accept-length too) before any server starts; (plan, SGLang argv, its args)."""
     from sglang_eagle3.launch.cli import build_parser as launcher_parser
     from sglang_eagle3.launch.cli import checked_plan, sglang_flags
 
     largs, others = launcher_parser().parse_known_args(rest)
+    for flag in ("dry_run", "write_draft_only"):
+        if getattr(largs, flag):
+            name = "--" + flag.replace("_", "-")
+            raise WiringError(f"{name}: the tuner starts and times its servers itself",
+                              path="command line", fix=f"drop {name}")  # fmt: skip
     sglang = sglang_flags(largs, others)
     plan = checked_plan(largs, sglang)
     if plan.resolution is None or plan.draft_src is None:
         raise WiringError("the tuner needs an EAGLE-3 server with a draft", path="command line",
                           fix="add --speculative-algorithm EAGLE3 "
                           "--speculative-draft-model-path DRAFT")  # fmt: skip
-    return plan, sglang, largs.cpu
+    return plan, sglang, largs
+
+
+def _check_servers(rest: list[str], largs, sglang: list[str], settings: list[Setting]) -> None:
+    """The launcher's checks of every server the run starts: the plain one (without the
+    draft's flags) and each timed setting (an --expected-accept-length above a shorter
+    chain's steps + 1 ...), so that none is refused after the profile and the first ran."""
+    from sglang_eagle3.launch.cli import build_parser as launcher_parser
+    from sglang_eagle3.launch.cli import checked_plan, sglang_flags
+    from sglang_eagle3.tune.measure import plain_argv
+
+    pargs, pothers = launcher_parser().parse_known_args(plain_argv(rest))
+    servers = [("the plain server", pargs, sglang_flags(pargs, pothers))]
+    servers += [(f"the server of {s}", largs, s.on(sglang)) for s in settings]
+    for name, args, argv in servers:
+        try:
+            checked_plan(args, argv)
+        except WiringError as err:
+            raise WiringError(f"the tuner times {name}, which the launcher would refuse: "
+                              f"{err.message}", path=err.path, fix=err.fix) from err  # fmt: skip
 
 
 def _measured_settings(settings: list[Setting]) -> list[Setting]:
@@ -101,11 +138,18 @@ def _measured_settings(settings: list[Setting]) -> list[Setting]:
 
 
 def run(args: argparse.Namespace, rest: list[str]) -> dict:
-    concurrency = parse_range(args.concurrency, "--concurrency")
-    plan, sglang, cpu = _plan(rest)
-    settings = grid(parse_range(args.steps, "--steps"), parse_range(args.topk, "--topk"),
-                    args.max_draft_tokens, sglang, plan.target.architecture)  # fmt: skip
-    explained = [_setting(e) for e in args.explain]
+    # every check first, in the order of the command line's cost: nothing starts on bad input
+    check_numbers(args)
+    check_outputs(args)
+    concurrency = parse_range(args.concurrency, "--concurrency", high=CONCURRENCY[1])
+    steps = parse_range(args.steps, "--steps", low=STEPS[0], high=STEPS[1])
+    topks = parse_range(args.topk, "--topk", low=TOPK[0], high=TOPK[1])
+    plan, sglang, largs = _plan(rest)
+    arch = plan.target.architecture
+    settings = grid(steps, topks, args.max_draft_tokens, sglang, arch)
+    explained = [explained_setting(e, sglang, arch) for e in args.explain]
+    timed = _measured_settings(settings)
+    _check_servers(rest, largs, sglang, timed)
     prompts = _prompts(args.prompts)
     # torch and the doctor only once the input is known good: a refusal costs no import
     from sglang_eagle3.doctor.options import DoctorOptions
@@ -126,9 +170,9 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     launch_args = list(rest)
     # more points than asked for: a cycle's cost against batch size needs a few of them
     fitted = sorted(set(concurrency) | {c for c in (1, 2, 4) if c <= max(concurrency)})
-    paired = args.paired if args.paired is not None else cpu
+    paired = args.paired if args.paired is not None else largs.cpu
     measured, outputs = measure_launched(
-        model_path, launch_args, _measured_settings(settings), args.log_dir, prompts,
+        model_path, launch_args, timed, args.log_dir, prompts,
         fitted, args.max_new_tokens, paired,
     )  # fmt: skip
     model = fit(measured)
@@ -166,7 +210,10 @@ def _prompts(path: str | None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, rest = build_parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+    try:
+        args, rest = build_parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as stop:  # --help, or argparse's one-line refusal (OneLineParser)
+        return int(stop.code or 0)
     try:
         result = run(args, rest)
     except WiringError as err:
@@ -181,11 +228,19 @@ def main(argv: list[str] | None = None) -> int:
         return code
     from sglang_eagle3.tune.report import render
 
-    if args.adaptive_config:
-        args.adaptive_config.write_text(json.dumps(result["adaptive_config"], indent=2) + "\n")
-    if args.png:
-        from sglang_eagle3.tune.plot import plot
+    # the report first: a file that cannot be written after all (the disk filled up during
+    # the run) must not lose the minutes of measurement it holds
+    print(json.dumps(result, indent=2) if args.json else render(result), flush=True)
+    try:
+        if args.adaptive_config:
+            text = json.dumps(result["adaptive_config"], indent=2) + "\n"
+            args.adaptive_config.write_text(text)
+        if args.png:
+            from sglang_eagle3.tune.plot import plot
 
-        plot(result, args.png)
-    print(json.dumps(result, indent=2) if args.json else render(result))
+            plot(result, args.png)
+    except OSError as err:
+        print(f"{PROG}: error: cannot write {err.filename}: {err.strerror}; the report above "
+              "holds every result", file=sys.stderr)  # fmt: skip
+        return 1
     return 0

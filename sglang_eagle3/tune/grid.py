@@ -6,12 +6,15 @@ user's other flags (a tree under trtllm_mha, a draft-token count a tree cannot h
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from sglang_eagle3.draft_tree_size import max_draft_tokens
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.launch.argv import argv_set
 from sglang_eagle3.launch.spec_flags import DRAFT, STEPS, TOPK, resolve_spec_argv
+
+_PART = re.compile(r"(\d+)(?:-(\d+))?\Z", re.ASCII)  # N or A-B, ASCII digits only
 
 
 @dataclass(frozen=True, order=True)
@@ -40,21 +43,30 @@ class Setting:
         return f"steps {self.steps}, topk {self.topk}, draft tokens {self.draft_tokens}"
 
 
-def parse_range(text: str, flag: str, *, low: int = 1) -> tuple[int, ...]:
-    """ "1-8", "1,2,4" or "3" -> the sorted values; a WiringError naming the flag otherwise."""
+def parse_range(text: str, flag: str, *, low: int = 1, high: int | None = None) -> tuple[int, ...]:
+    """ "1-8", "1,2,4" or "3" -> the sorted values (a value given twice counts once); a
+    WiringError naming the flag, the wrong part and the rule otherwise. Bounds are checked
+    before a range is expanded, so "1-999999999" is refused, not built."""
+    allowed = f"{low}-{high}" if high is not None else f">= {low}"
+
+    def refuse(why: str) -> WiringError:
+        return WiringError(f"{flag} {text!r}: {why}", path="command line",
+                           fix=f'give whole numbers within {allowed}, e.g. {flag} '
+                           f'{low}-{high or low + 3} or {flag} "{low},{low + 1}"')  # fmt: skip
+
     values: set[int] = set()
-    try:
-        for part in text.split(","):
-            a, _, b = part.strip().partition("-")
-            values.update(range(int(a), int(b or a) + 1))
-    except ValueError:
-        values = set()
-    if not values or min(values) < low:
-        raise WiringError(
-            f"{flag} {text!r} is not a list of integers >= {low}",
-            path="command line",
-            fix=f'give e.g. {flag} 1-8 or {flag} "1,2,4"',
-        )
+    for part in text.split(","):
+        m = _PART.match(part.strip())
+        if m is None:
+            what = "an empty part" if not part.strip() else f"{part.strip()!r}"
+            raise refuse(f"{what} is neither a whole number N nor a range A-B")
+        a, b = int(m[1]), int(m[2] or m[1])
+        if b < a:
+            raise refuse(f"the range {part.strip()} runs backwards (write {b}-{a})")
+        for v in (a, b):
+            if v < low or (high is not None and v > high):
+                raise refuse(f"{v} is outside the allowed {allowed}")
+        values.update(range(a, b + 1))
     return tuple(sorted(values))
 
 

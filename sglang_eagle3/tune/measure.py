@@ -165,5 +165,11 @@ def measure_launched(
 
 
 def plain_argv(argv: Sequence[str]) -> list[str]:
-    """``argv`` (SGLang's flags) without speculative decoding: every --speculative-* option."""
-    return drop_options(list(argv), lambda name: name.startswith("--speculative-"))
+    """``argv`` (the launcher's flags and SGLang's) without speculative decoding: every
+    --speculative-* option, and the launcher's own but --cpu (--hidden-state-layout,
+    --training-data, --expected-accept-length, ...: it refuses them without a draft)."""
+    from sglang_eagle3.launch.cli import build_parser
+
+    own, sglang = build_parser().parse_known_args(list(argv))
+    keep = ["--cpu"] if own.cpu else []
+    return keep + drop_options(sglang, lambda name: name.startswith("--speculative-"))
