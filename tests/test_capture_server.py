@@ -170,6 +170,7 @@ def test_capture_only_mode_returns_the_declared_taps_exactly(capture_only, tiny_
         "capture_order": ["embed", "layer:2", "layer:5"], "num_layers": 8, "hidden_size": 128,
         "family": "deepseek_v2", "source": "$SGLANG_EAGLE3_LAYOUT",
         "capture_dir": None,  # files mode is off: hidden states come back as JSON
+        "disaggregation_mode": "null",  # not a PD server
     }, route  # fmt: skip
     # Which HF hidden state each returned column block is: the route's capture_order.
     nearest = nearest_hf_indices(srv, tiny_target)

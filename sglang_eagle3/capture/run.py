@@ -260,7 +260,7 @@ def capture(args: argparse.Namespace, rest: list[str], fc: tuple[Tap, ...]) -> d
            "stored_taps": [str(t) for t in stored], "max_samples": args.max_samples,
            "max_tokens": args.max_tokens, "regenerate": params}  # fmt: skip
     store = Store(args.out, run, resume=args.resume)
-    if args.resume and not _todo(len(ids), store.done()):  # every sample is in: no server
+    if args.resume and not len(_todo(len(ids), store.done())):  # every sample in: no server
         if params:
             ids, masks = _index(args, tok, store.regenerated)
         todo, written, per_server, urls, seconds = [], 0, [], [], 0.0

@@ -94,3 +94,8 @@ def declared_layout(argv: Sequence[str], env: Mapping[str, str] | None = None) -
     except WiringError as err:
         return f"{draft} (unreadable: {err})"
     return source if plan is not None else None
+
+
+def pd_server(argv: Sequence[str]) -> bool:
+    """Whether SGLang's --disaggregation-mode makes this a PD prefill or decode server."""
+    return _flag_value(argv, ("--disaggregation-mode",)) in ("prefill", "decode")

@@ -19,7 +19,7 @@ from importlib import metadata
 
 from sglang_eagle3 import SGLANG_VERSION, env_names
 from sglang_eagle3.errors import WiringError
-from sglang_eagle3.hooks.plan import declared_layout
+from sglang_eagle3.hooks.plan import declared_layout, pd_server
 from sglang_eagle3.log import get_logger
 
 logger = get_logger()
@@ -101,10 +101,10 @@ def _apply_hooks(declared: str | None) -> None:
 
     if accept_watch_hooks.wanted(sys.argv):
         hooks += accept_watch_hooks.HOOKS
-    from sglang_eagle3.hooks import pd_plan
+    if pd_server(sys.argv):  # PD: the decode side takes only prefills serving its plan
+        from sglang_eagle3.hooks.pd_plan import HOOKS as PD_HOOKS
 
-    if pd_plan.wanted(sys.argv):  # PD: the decode side takes only prefills serving its plan
-        hooks += pd_plan.HOOKS
+        hooks += PD_HOOKS
     if os.environ.get(env_names.CAPTURE_DIR):  # capture to files: the scheduler writes them
         from sglang_eagle3.hooks.capture_file import HOOKS as FILE_HOOKS
 

@@ -12,7 +12,7 @@ import os
 import sys
 
 from sglang_eagle3 import env_names
-from sglang_eagle3.hooks import pd_plan
+from sglang_eagle3.hooks.plan import pd_server
 from sglang_eagle3.launch.cpu_env import HARNESS_FLAG, harness_enabled
 from sglang_eagle3.log import get_logger
 from sglang_eagle3.testing.cpu_harness.graph_runner import install_graph_runner_ops
@@ -152,7 +152,7 @@ def activate() -> bool:
     _expert_parallel_on_cpu()
     _reduce_scatterv_on_gloo()
     install_graph_runner_ops()
-    if pd_plan.wanted(sys.argv):
+    if pd_server(sys.argv):
         _pd_transfer_on_cpu()
     out_dir = record_dir()
     if out_dir is not None:
