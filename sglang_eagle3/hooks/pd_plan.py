@@ -31,7 +31,7 @@ from sglang_eagle3 import __version__, env_names
 from sglang_eagle3.checkpoint.draft_identity import draft_weights_sha256
 from sglang_eagle3.checkpoint.target_config import read_target
 from sglang_eagle3.errors import WiringError
-from sglang_eagle3.hooks.plan import pd_server, resolve_plan
+from sglang_eagle3.hooks.plan import resolve_plan
 from sglang_eagle3.layout.served_plan import ROUTE, ServedPlan, plan_mismatch, read_peer_plan
 from sglang_eagle3.log import get_logger
 
@@ -178,11 +178,6 @@ def log_decode_plan(result, queue, *args, **kwargs) -> None:
     mine = own_plan()
     logger.info("PD decode: serving %s; each prefill server's plan is checked before its "
                 "first request is taken", mine.describe())  # fmt: skip
-
-
-def wanted(argv: list[str]) -> bool:
-    """Only PD servers get these hooks (their targets import SGLang's disaggregation code)."""
-    return pd_server(argv)
 
 
 HOOKS = [
