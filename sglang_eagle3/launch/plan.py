@@ -67,6 +67,7 @@ class LaunchPlan:
 
     def to_json(self) -> dict:
         flags = self.resolution.flags if self.resolution else None
+        adaptive = self.resolution.adaptive if self.resolution else None
         d = self.draft
         return {
             "target": {
@@ -107,6 +108,8 @@ class LaunchPlan:
                 "num_steps": flags.num_steps,
                 "eagle_topk": flags.eagle_topk,
                 "num_draft_tokens": flags.num_draft_tokens,
+                # only adaptive plans carry it: the steps above are where SGLang starts
+                **({"adaptive": adaptive.to_json()} if adaptive else {}),
             },
             "settings": [st.to_json() for st in self.settings],
             "changes": list(self.changes),

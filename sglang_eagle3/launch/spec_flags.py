@@ -8,17 +8,22 @@ contradiction raises :class:`FlagConflict` listing ways out; an unset value is d
 reported as a :class:`FlagChange`. Where SGLang stops with a bare ``AssertionError``
 (steps unset but topk or draft tokens set, L1159-1163) we derive steps instead (for topk 1:
 draft tokens - 1); with steps set SGLang fills no topk (TypeError at L1274), we do.
-Assumes ``--speculative-adaptive`` is off (its default): adaptive mode picks steps at
-runtime from its own config (L261-263, L1392-1427). Pure Python: no torch, no sglang.
+With ``--speculative-adaptive`` (or ``--speculative-adaptive-config``) SGLang resolves the
+three differently (L261-264, L1374-1427): :func:`resolve_spec_argv` hands such a command line
+to ``launch/adaptive.py``, whose steps may be 0. Pure Python: no torch, no sglang.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sglang_eagle3.draft_tree_size import max_draft_tokens
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.launch.argv import argv_get, argv_has, argv_int
+
+if TYPE_CHECKING:  # adaptive.py imports this module
+    from sglang_eagle3.launch.adaptive import AdaptiveConfig
 
 STEPS, TOPK, DRAFT = (
     "--speculative-num-steps",
@@ -32,6 +37,11 @@ ATTENTION = "--attention-backend"
 PREFILL_ATTENTION, DECODE_ATTENTION = "--prefill-attention-backend", "--decode-attention-backend"
 REJECTION_SAMPLING = "--speculative-use-rejection-sampling"
 BLOCK_VERIFICATION = "--speculative-use-block-verification"
+ADAPTIVE, ADAPTIVE_CONFIG = "--speculative-adaptive", "--speculative-adaptive-config"
+MAX_RUNNING_NOTE = (
+    "SGLang sets --max-running-requests to 48 when speculative decoding is on and it is "
+    "unset; pass --max-running-requests to choose another limit"
+)
 # _auto_choose_speculative_params: these get (5, 4, 8); DeepSeek family and anything unlisted
 # (Qwen, Mistral, ...) get (3, 1, 4). SGLang compares architectures[0] exactly.
 TREE_DEFAULT_ARCHS = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM")
@@ -43,11 +53,16 @@ class FlagConflict(WiringError):
     """Explicit speculative flags that contradict each other or the rest of the launch."""
 
 
-def _check_count(value: object, flag: str, allow_none: bool = True) -> None:
+def _check_count(value: object, flag: str, allow_none: bool = True, least: int = 1) -> None:
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise FlagConflict(f"{flag} must be a whole number >= 1, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise FlagConflict(f"{flag} must be a whole number >= {least}, got {value!r}")
+
+
+def _least(flag: str, adaptive: bool) -> int:
+    # adaptive mode's steps 0 is a slot that does not draft (SGLang 0.5.23 serves it)
+    return 0 if adaptive and flag == STEPS else 1
 
 
 @dataclass(frozen=True)
@@ -57,10 +72,11 @@ class SpecFlags:
     num_steps: int | None = None
     eagle_topk: int | None = None
     num_draft_tokens: int | None = None
+    adaptive: bool = False  # --speculative-adaptive: steps 0 is legal
 
     def __post_init__(self) -> None:
         for name, flag in _FIELDS.items():
-            _check_count(getattr(self, name), flag)
+            _check_count(getattr(self, name), flag, least=_least(flag, self.adaptive))
 
     def as_tuple(self) -> tuple[int | None, int | None, int | None]:
         return (self.num_steps, self.eagle_topk, self.num_draft_tokens)
@@ -78,8 +94,9 @@ class FlagChange:
     def __post_init__(self) -> None:
         if self.flag not in _FIELDS.values():
             raise ValueError(f"unknown speculative flag {self.flag!r}")
-        _check_count(self.from_, self.flag)
-        _check_count(self.to, self.flag, allow_none=False)
+        # a change does not know the mode: SpecFlags holds the mode's own floor
+        _check_count(self.from_, self.flag, least=_least(self.flag, True))
+        _check_count(self.to, self.flag, allow_none=False, least=_least(self.flag, True))
         if not self.why.strip():
             raise ValueError(f"a change of {self.flag} needs a reason")
 
@@ -94,6 +111,7 @@ class Resolution:
     flags: SpecFlags
     changes: tuple[FlagChange, ...] = ()
     notes: tuple[str, ...] = ()
+    adaptive: AdaptiveConfig | None = None  # the candidate steps SGLang moves among
 
     def __post_init__(self) -> None:
         if None in self.flags.as_tuple():
@@ -256,10 +274,7 @@ def resolve_spec_flags(
             f"backend it picks is one of {', '.join(PAGE_TREE_BACKENDS)}; pass --attention-backend"
         )
     if max_running_requests is None:
-        notes.append(
-            "SGLang sets --max-running-requests to 48 when speculative decoding is on and it is "
-            "unset; pass --max-running-requests to choose another limit"
-        )
+        notes.append(MAX_RUNNING_NOTE)
     return Resolution(SpecFlags(s, k, d), changes, tuple(notes))
 
 
@@ -273,7 +288,12 @@ def sglang_argv_flags(resolution: Resolution) -> list[str]:
 
 def resolve_spec_argv(argv: list[str], *, architecture: str) -> Resolution:
     """:func:`resolve_spec_flags` with the flags read from an SGLang command line, so the
-    launcher refuses before start what SGLang would raise on (or silently change)."""
+    launcher refuses before start what SGLang would raise on (or silently change). Adaptive
+    mode (either adaptive flag given) is resolved by ``launch/adaptive.py`` instead."""
+    if argv_has(argv, ADAPTIVE) or argv_has(argv, ADAPTIVE_CONFIG):
+        from sglang_eagle3.launch.adaptive import resolve_adaptive_argv
+
+        return resolve_adaptive_argv(argv)
     page_size = argv_int(argv, PAGE_SIZE)
     return resolve_spec_flags(
         SpecFlags(argv_int(argv, STEPS), argv_int(argv, TOPK), argv_int(argv, DRAFT)),
