@@ -101,6 +101,12 @@ def _apply_hooks(declared: str | None) -> None:
 
     if accept_watch_hooks.wanted(sys.argv):
         hooks += accept_watch_hooks.HOOKS
+    # The scheduler sees the server's argv: multiprocessing's spawn hands it to the child,
+    # and a forked child (CPU harness quick start) inherits it with the hooks already applied.
+    from sglang_eagle3.hooks import adaptive_steps
+
+    if adaptive_steps.wanted(sys.argv):
+        hooks += adaptive_steps.HOOKS
     if pd_server(sys.argv):  # PD: the decode side takes only prefills serving its plan
         from sglang_eagle3.hooks.pd_plan import HOOKS as PD_HOOKS
 
