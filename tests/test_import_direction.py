@@ -50,6 +50,8 @@ PURE_MODULES = {
     "sglang_eagle3.tune.grid",
     "sglang_eagle3.tune.cost",
     "sglang_eagle3.tune.report",
+    "sglang_eagle3.tune.adaptive",
+    "sglang_eagle3.tune.mix",
 }
 
 

@@ -16,20 +16,35 @@ from sglang_eagle3.tune.cost import CostModel, Measured, accept_scale, break_eve
 from sglang_eagle3.tune.grid import Setting, grid, parse_range
 from sglang_eagle3.tune.report import adaptive_config, adaptive_flags, predict, verdict
 
-TRUE = CostModel(p0=0.010, p1=0.002, v1=0.0004, t0=0.004, d0=0.003, d1=0.0005)
+TRUE = CostModel(p0=0.010, p1=0.002, v1=0.0004, t0=0.004, d0=0.003, d1=0.0005, z0=0.001, z1=3e-4)
 
 
 def _points(model: CostModel) -> list[Measured]:
     out = [Measured(0, 0, 0, c, model.plain(c)) for c in (1, 8, 32)]
     for s, k, n in ((1, 1, 2), (4, 4, 16)):
         out += [Measured(s, k, n, c, model.cycle(s, k, n, c), 2.0) for c in (1, 8, 32)]
-    return out
+    # SGLang's adaptive steps 0: one verified token, no draft step
+    return out + [Measured(0, 1, 1, c, model.steps0(c), 1.0) for c in (1, 8, 32)]
 
 
 def test_the_fit_recovers_the_costs_that_made_the_measurements():
     got = fit(_points(TRUE))
     for name, want in vars(TRUE).items():
-        assert getattr(got, name) == pytest.approx(want, rel=1e-6, abs=1e-9), name
+        if name != "plain_points":
+            assert getattr(got, name) == pytest.approx(want, rel=1e-6, abs=1e-9), name
+    # plain is priced by its own measured steps, linear between them and by P1 beyond
+    assert got.plain_points == tuple((c, pytest.approx(TRUE.plain(c))) for c in (1, 8, 32))
+    assert got.plain(4) == pytest.approx(TRUE.plain(4)) and got.plain(64) == pytest.approx(
+        TRUE.plain(64)
+    )
+    bent = fit([*_points(TRUE), Measured(0, 0, 0, 8, 2 * TRUE.plain(8))])  # two timings at 8
+    assert bent.plain(8) == pytest.approx(1.5 * TRUE.plain(8))
+    assert CostModel.from_dict(got.to_dict()).plain(20) == pytest.approx(got.plain(20))
+    # without a steps-0 server, steps 0 is priced as a cycle without draft steps
+    untimed = fit([m for m in _points(TRUE) if not m.steps0])
+    assert untimed.z0 is None and untimed.steps0(8) == pytest.approx(
+        TRUE.plain(8) + TRUE.t0 + TRUE.d1 * 8
+    )
 
 
 def test_the_profile_is_scaled_to_the_served_drafts_and_every_prompt_is_timed_alike():
@@ -86,7 +101,7 @@ def test_adaptive_config_is_what_sglang_loads_and_its_flags_are_what_it_accepts(
                          timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     loaded = [json.loads(line) for line in out.stdout.splitlines()]
-    assert loaded[0][0] == [1, 8, 32] and loaded[1][0] == [1, 8]
+    assert loaded[0][0] == sorted(map(int, cfg)) and loaded[1][0] == [1, 8]
     for (name, c), (_, union) in zip(cases.items(), loaded, strict=True):
         flags = adaptive_flags(c).split()
         steps = int(flags[flags.index("--speculative-num-steps") + 1])
@@ -274,7 +289,13 @@ def test_a_real_tune_then_its_pick_and_adaptive_config_serve_losslessly(
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)
     assert result["lossless"] and all(result["lossless"].values()), result["lossless"]
-    assert len(result["measured"]) == 6  # plain and two speculative servers, 2 concurrencies
+    # plain, two speculative servers and SGLang's adaptive steps 0, at 2 concurrencies
+    assert len(result["measured"]) == 8 and set(result["lossless"]) == {"s1k1n2", "s3k1n4",
+                                                                       "s0k1n1"}  # fmt: skip
+    assert result["model"]["z0"] is not None  # steps 0 priced from its own server
+    assert [line.startswith(f"at {c} concurrent request(s) steps 0 costs")
+            for line, c in zip(result["steps0"], (1, 2), strict=True)] == [True, True]  # fmt: skip
+    assert result["mix"]["recommended"] in result["mix"]["whole_tok_s"]
     # the profile, scaled by what the two speculative servers served, is what predicts
     check = result["accept_check"]
     scale = accept_scale([(a["profile"], a["served"]) for a in check])
@@ -306,7 +327,7 @@ def test_a_real_tune_then_its_pick_and_adaptive_config_serve_losslessly(
         assert e["pays"] == (e["accept_length"] > e["break_even_accept_length"])
     # SGLang's adaptive mode on the config the tuner wrote, with the flags it printed for it
     config = json.loads(adaptive.read_text())
-    assert config == result["adaptive_config"] and set(config) == {"1", "2"}
+    assert config == result["adaptive_config"] and set(config) <= {"1", "2", "4"}
     if result["adaptive_flags"] is None:  # nothing drafts at any concurrency: plain must win
         assert all(e["candidate_steps"] == [0] for e in config.values())
         assert all(row["flags"].startswith("no speculation")

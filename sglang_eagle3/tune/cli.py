@@ -71,6 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S,K,N",
         help="also predict and explain this setting, e.g. 15,1,16 (repeatable)",
     )
+    p.add_argument("--weights", help="the traffic mix: each --concurrency's share of the "
+                   "generated tokens, e.g. 0.5,0.3,0.2 (default: equal)")  # fmt: skip
+    p.add_argument("--trace", type=Path, help='the traffic mix as a JSON file of phases, '
+                   '{"phases": [{"concurrency": 1, "requests": 16, "max_new_tokens": 64}, ...]} '
+                   "(replaces --concurrency and --weights)")  # fmt: skip
+    p.add_argument("--tune-result", type=Path, help="a result this tuner printed with --json "
+                   "for this target and drafter: predict another mix, timing nothing")  # fmt: skip
+    p.add_argument("--no-steps0", dest="steps0", action="store_false",
+                   help="do not time SGLang's adaptive steps 0 (it is then modelled)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--png", type=Path, help="plot predicted tok/s against steps and topk "
                    "(a .png in an existing folder)")  # fmt: skip
@@ -109,23 +118,32 @@ def _plan(rest: list[str]):
     return plan, sglang, largs
 
 
-def _check_servers(rest: list[str], largs, sglang: list[str], settings: list[Setting]) -> None:
+def _check_servers(rest: list[str], largs, sglang: list[str], settings: list[Setting],
+                   steps0: bool) -> None:  # fmt: skip
     """The launcher's checks of every server the run starts: the plain one (without the
-    draft's flags) and each timed setting (an --expected-accept-length above a shorter
-    chain's steps + 1 ...), so that none is refused after the profile and the first ran."""
+    draft's flags), each timed setting (an --expected-accept-length above a shorter chain's
+    steps + 1 ...) and the steps-0 one, so that none is refused after the profile and the
+    first ran."""
+    import tempfile
+
     from sglang_eagle3.launch.cli import build_parser as launcher_parser
     from sglang_eagle3.launch.cli import checked_plan, sglang_flags
-    from sglang_eagle3.tune.measure import plain_argv
+    from sglang_eagle3.tune.measure import STEPS0_CONFIG, plain_argv, steps0_argv
 
     pargs, pothers = launcher_parser().parse_known_args(plain_argv(rest))
     servers = [("the plain server", pargs, sglang_flags(pargs, pothers))]
     servers += [(f"the server of {s}", largs, s.on(sglang)) for s in settings]
-    for name, args, argv in servers:
-        try:
-            checked_plan(args, argv)
-        except WiringError as err:
-            raise WiringError(f"the tuner times {name}, which the launcher would refuse: "
-                              f"{err.message}", path=err.path, fix=err.fix) from err  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        zero = Path(tmp) / "steps0.json"
+        zero.write_text(json.dumps(STEPS0_CONFIG))
+        if steps0:
+            servers.append(("SGLang's adaptive steps 0", largs, steps0_argv(sglang, zero)))
+        for name, args, argv in servers:
+            try:
+                checked_plan(args, argv)
+            except WiringError as err:
+                why = f"the tuner times {name}, which the launcher would refuse: {err.message}"
+                raise WiringError(why, path=err.path, fix=err.fix) from err
 
 
 def _measured_settings(settings: list[Setting]) -> list[Setting]:
@@ -137,26 +155,46 @@ def _measured_settings(settings: list[Setting]) -> list[Setting]:
     return [low, high] if high != low else [low, max(settings)]
 
 
+def _mix(args: argparse.Namespace):
+    """(concurrencies, phases) of the traffic mix, checked."""
+    from sglang_eagle3.tune.mix import from_weights, read_trace
+
+    if args.trace is not None:
+        if args.weights is not None:
+            raise WiringError("--trace and --weights both give the mix", path="command line",
+                              fix="give one of them")  # fmt: skip
+        phases = read_trace(args.trace, args.max_new_tokens, top=CONCURRENCY[1])
+        return tuple(sorted({p.concurrency for p in phases})), phases
+    concurrency = parse_range(args.concurrency, "--concurrency", high=CONCURRENCY[1])
+    return concurrency, from_weights(concurrency, args.weights)
+
+
 def run(args: argparse.Namespace, rest: list[str]) -> dict:
     # every check first, in the order of the command line's cost: nothing starts on bad input
     check_numbers(args)
     check_outputs(args)
-    concurrency = parse_range(args.concurrency, "--concurrency", high=CONCURRENCY[1])
+    concurrency, phases = _mix(args)
     steps = parse_range(args.steps, "--steps", low=STEPS[0], high=STEPS[1])
     topks = parse_range(args.topk, "--topk", low=TOPK[0], high=TOPK[1])
     plan, sglang, largs = _plan(rest)
     arch = plan.target.architecture
+    from sglang_eagle3.tune.saved import identity, load
+
+    if args.tune_result is not None:
+        saved = load(args.tune_result, plan.target.path, plan.draft_src)
+        return _finish(saved, concurrency, phases, saved=args.tune_result)
     settings = grid(steps, topks, args.max_draft_tokens, sglang, arch)
     explained = [explained_setting(e, sglang, arch) for e in args.explain]
     timed = _measured_settings(settings)
-    _check_servers(rest, largs, sglang, timed)
+    _check_servers(rest, largs, sglang, timed, args.steps0)
     prompts = _prompts(args.prompts)
+    ident = identity(plan.target.path, plan.draft_src)
     # torch and the doctor only once the input is known good: a refusal costs no import
     from sglang_eagle3.doctor.options import DoctorOptions
     from sglang_eagle3.tune.cost import accept_scale, fit
-    from sglang_eagle3.tune.measure import measure_launched, timing_text
+    from sglang_eagle3.tune.measure import STEPS0_CONFIG, measure_launched, timing_text
     from sglang_eagle3.tune.profile import acceptance_profile
-    from sglang_eagle3.tune.report import build_result
+    from sglang_eagle3.tune.report import measured_rows
 
     # data-free, the profile scores the very prompts the servers are timed on, continued as
     # far: its accept lengths then are the served ones (the doctor's replay matches a server
@@ -171,9 +209,13 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     # more points than asked for: a cycle's cost against batch size needs a few of them
     fitted = sorted(set(concurrency) | {c for c in (1, 2, 4) if c <= max(concurrency)})
     paired = args.paired if args.paired is not None else largs.cpu
+    zero = args.log_dir / "steps0-adaptive.json" if args.steps0 else None
+    if zero is not None:
+        args.log_dir.mkdir(parents=True, exist_ok=True)
+        zero.write_text(json.dumps(STEPS0_CONFIG) + "\n")
     measured, outputs = measure_launched(
         model_path, launch_args, timed, args.log_dir, prompts,
-        fitted, args.max_new_tokens, paired,
+        fitted, args.max_new_tokens, paired, steps0=zero,
     )  # fmt: skip
     model = fit(measured)
     served = [(profile[Setting(m.steps, m.topk, m.draft_tokens)], m.accept_length)
@@ -187,18 +229,58 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
         f"continuations of the timed prompts ({args.prompts or 'built-in'})"
     )
     source += f", drafts per verify scaled by {scale:.3f} to what the measured servers served"
-    result = build_result(model, scaled, settings, explained, measured, concurrency,
-                          timing=timing_text(paired), acceptance_source=source)  # fmt: skip
-    result["accept_scale"] = round(scale, 4)
-    result["accept_check"] = [  # the profile (unscaled) against what the servers served
-        {"setting": str(Setting(m.steps, m.topk, m.draft_tokens)), "concurrency": m.concurrency,
-         "profile": round(profile[Setting(m.steps, m.topk, m.draft_tokens)], 3),
-         "served": round(m.accept_length, 3)}
-        for m in measured if m.steps and Setting(m.steps, m.topk, m.draft_tokens) in profile
-    ]  # fmt: skip
     plain = outputs.pop("plain")
-    result["lossless"] = {name: got == plain for name, got in outputs.items()}
-    result["plain_outputs"] = plain
+    base = {
+        "identity": ident,
+        "timing": timing_text(paired),
+        "acceptance_source": source,
+        "model": model.to_dict(),
+        "profile": [
+            {
+                "steps": s.steps,
+                "topk": s.topk,
+                "draft_tokens": s.draft_tokens,
+                "accept_length": round(a, 6),
+                "explained": s not in settings,
+            }
+            for s, a in sorted(scaled.items())
+        ],  # fmt: skip
+        "measured": measured_rows(measured),
+        "accept_scale": round(scale, 4),
+        "accept_check": [  # the profile (unscaled) against what the servers served
+            {
+                "setting": str(Setting(m.steps, m.topk, m.draft_tokens)),
+                "concurrency": m.concurrency,
+                "profile": round(profile[Setting(m.steps, m.topk, m.draft_tokens)], 3),
+                "served": round(m.accept_length, 3),
+            }
+            for m in measured
+            if m.steps and Setting(m.steps, m.topk, m.draft_tokens) in profile
+        ],  # fmt: skip
+        "lossless": {name: got == plain for name, got in outputs.items()},
+        "plain_outputs": plain,
+    }
+    return _finish(base, concurrency, phases)
+
+
+def _finish(base: dict, concurrency, phases, saved: Path | None = None) -> dict:
+    """The predictions for this mix from a measured (or saved) model and profile."""
+    from sglang_eagle3.tune.predict_mix import mix_result
+    from sglang_eagle3.tune.report import build_result
+    from sglang_eagle3.tune.saved import measured_of, model_of, profile_of
+
+    model, profile = model_of(base), profile_of(base)
+    settings = [s for s, p in zip(profile, base["profile"], strict=True) if not p["explained"]]
+    explained = [s for s, p in zip(profile, base["profile"], strict=True) if p["explained"]]
+    result = build_result(
+        model, profile, settings, explained, measured_of(base), concurrency,
+        timing=base["timing"], acceptance_source=base["acceptance_source"],
+    )  # fmt: skip
+    keep = {k: v for k, v in base.items() if k not in result}
+    result = {**keep, **result}
+    result["mix"] = mix_result(model, profile, settings, result["adaptive_config"], phases)
+    if saved is not None:
+        result["from_tune_result"] = str(saved)
     return result
 
 

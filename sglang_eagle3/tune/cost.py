@@ -8,15 +8,24 @@ decode forwards run on c * topk beams):
                                                           n - 1 more tokens per request
                       + T0 + D1 * c * n                   the extend, and fixed extra costs
                       + (s - 1) * (D0 + D1 * c * k)       the draft decode steps
-    plain(c)          = P0 + P1 * c
+    plain(c)          = the plain server's measured step, linear between its concurrencies
+                        (P0 + P1 * c where none was timed, and beyond the last by P1)
 
-P0 and P1 come from the plain server. A verify is priced as a decode step plus a marginal cost
+P0 and P1 are the plain server's line. The measured points themselves price plain: on 2 CPU
+cores a plain step grows with the batch up to about 8 requests and then hardly at all (the
+first bench_live run: 21, 27, 31, 38 and 36 ms at 1, 2, 4, 8 and 32), which no line fits
+within 20 %. A verify is priced as a decode step plus a marginal cost
 per extra token (V1), not as n decode steps: where decoding is memory-bound, verifying a few
 more tokens costs far less than decoding them (the first bench_tune run, which priced them as
 plain tokens, drove every other cost to zero). T0, V1, D0 and D1 are fitted, non-negative, to
 the cycle times of two speculative servers with different step counts and widths, each at
 several concurrencies. Predicted decode speed per request: accept_length / cycle (tokens per
 second); plain: 1 / plain(c).
+
+Steps 0 (SGLang's adaptive mode with a [0] slot) is not plain decoding: each cycle still
+verifies one token through the speculative path and runs the drafter's extend on it. It is
+priced from its own server where one was timed, ``steps0(c) = plain(c) + Z0 + Z1 * c``, else as
+a cycle without draft steps, ``plain(c) + T0 + D1 * c``.
 """
 
 from __future__ import annotations
@@ -29,12 +38,20 @@ from dataclasses import dataclass
 class Measured:
     """One server at one concurrency: seconds per decode cycle (per token when plain)."""
 
-    steps: int  # 0: plain (no speculation)
+    steps: int  # 0: plain (topk 0), or SGLang's adaptive steps 0 (topk 1, draft tokens 1)
     topk: int
     draft_tokens: int
     concurrency: int
     seconds: float  # per cycle (per decode step for plain)
     accept_length: float | None = None  # served, when speculative
+
+    @property
+    def plain(self) -> bool:
+        return self.topk == 0
+
+    @property
+    def steps0(self) -> bool:
+        return self.steps == 0 and self.topk > 0
 
 
 @dataclass(frozen=True)
@@ -45,9 +62,26 @@ class CostModel:
     t0: float  # a speculative cycle's fixed part whatever its steps (target, extend, overhead)
     d0: float  # seconds per draft decode step, fixed part
     d1: float  # seconds per token the drafter processes
+    z0: float | None = None  # steps 0: fixed seconds over a plain step (None: not timed)
+    z1: float | None = None  # steps 0: seconds per request over a plain step
+    plain_points: tuple[tuple[int, float], ...] = ()  # (concurrency, seconds) timed, sorted
 
-    def plain(self, c: int) -> float:
-        return self.p0 + self.p1 * c
+    def plain(self, c: float) -> float:
+        pts = self.plain_points
+        if not pts:
+            return self.p0 + self.p1 * c
+        if c <= pts[0][0]:
+            return pts[0][1]
+        for (c0, s0), (c1, s1) in itertools.pairwise(pts):
+            if c <= c1:
+                return s0 + (s1 - s0) * (c - c0) / (c1 - c0)
+        return pts[-1][1] + self.p1 * (c - pts[-1][0])
+
+    def steps0(self, c: int) -> float:
+        """Seconds per cycle of SGLang's adaptive steps 0 (one verified token, no draft)."""
+        if self.z0 is None or self.z1 is None:
+            return self.plain(c) + self.t0 + self.d1 * c
+        return self.plain(c) + self.z0 + self.z1 * c
 
     def parts(self, s: int, k: int, n: int, c: int) -> dict[str, float]:
         """Seconds per cycle by part: verify and draft extend (their per-token costs), draft
@@ -60,10 +94,20 @@ class CostModel:
         }
 
     def cycle(self, s: int, k: int, n: int, c: int) -> float:
+        if s == 0:
+            return self.steps0(c)
         return sum(self.parts(s, k, n, c).values())
 
-    def to_dict(self) -> dict[str, float]:
-        return {k: round(v, 9) for k, v in vars(self).items()}
+    def to_dict(self) -> dict:
+        out = {k: None if v is None else round(v, 9) for k, v in vars(self).items()
+               if k != "plain_points"}  # fmt: skip
+        out["plain_points"] = [[c, round(v, 9)] for c, v in self.plain_points]
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CostModel:
+        pts = tuple((int(c), float(v)) for c, v in d.get("plain_points", ()))
+        return cls(**{**{k: v for k, v in d.items() if k != "plain_points"}, "plain_points": pts})
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
@@ -106,22 +150,34 @@ def _nnls(a: list[list[float]], b: list[float]) -> list[float]:
 
 def fit(measured: list[Measured]) -> CostModel:
     """The model through the measurements (at least two plain concurrencies, or one, and two
-    speculative points)."""
-    plain = [m for m in measured if m.steps == 0]
+    speculative points; steps-0 points, where given, price steps 0)."""
+    plain = [m for m in measured if m.plain]
     spec = [m for m in measured if m.steps > 0]
+    zero = [m for m in measured if m.steps0]
     if not plain or len(spec) < 2:
         raise ValueError("a fit needs a plain server and two speculative measurements")
     if len({m.concurrency for m in plain}) > 1:
         p0, p1 = _nnls([[1.0, m.concurrency] for m in plain], [m.seconds for m in plain])
     else:
         p0, p1 = plain[0].seconds, 0.0
+    by_c: dict[int, list[float]] = {}
+    for m in plain:
+        by_c.setdefault(m.concurrency, []).append(m.seconds)
+    points = tuple((c, sum(v) / len(v)) for c, v in sorted(by_c.items()))
+    line = CostModel(p0, p1, 0, 0, 0, 0, plain_points=points)
     rows, ys = [], []
     for m in spec:
         c, s, k, n = m.concurrency, m.steps, m.topk, m.draft_tokens
         rows.append([1.0, float(c * (n - 1)), float(s - 1), c * (n + (s - 1) * k)])
-        ys.append(m.seconds - (p0 + p1 * c))
+        ys.append(m.seconds - line.plain(c))
     t0, v1, d0, d1 = _nnls(rows, ys)
-    return CostModel(p0, p1, v1, t0, d0, d1)
+    z0 = z1 = None
+    if len({m.concurrency for m in zero}) > 1:
+        z0, z1 = _nnls([[1.0, m.concurrency] for m in zero],
+                       [m.seconds - line.plain(m.concurrency) for m in zero])  # fmt: skip
+    elif zero:
+        z0, z1 = max(0.0, zero[0].seconds - line.plain(zero[0].concurrency)), 0.0
+    return CostModel(p0, p1, v1, t0, d0, d1, z0, z1, points)
 
 
 def accept_scale(pairs: list[tuple[float, float]]) -> float:

@@ -119,12 +119,24 @@ def warm_up(url: str, prompts: Sequence[str], params: dict) -> dict[str, list[in
     return {p: r.output_ids for p, r in zip(prompts, warm.results, strict=True)}
 
 
+STEPS0 = Setting(0, 1, 1)  # SGLang's adaptive steps 0: verify one token, draft none
+STEPS0_CONFIG = {"1": {"candidate_steps": [0]}}  # every batch size at steps 0
+
+
+def steps0_argv(argv: Sequence[str], config: Path) -> list[str]:
+    """``argv`` serving SGLang's adaptive mode with every slot at steps 0."""
+    out = STEPS0.on(list(argv))
+    return [*out, "--speculative-adaptive", "--speculative-adaptive-config", str(config)]
+
+
 def measure_launched(
     model_path: str, argv: Sequence[str], settings: Sequence[Setting], log_dir: Path,
     prompts: Sequence[str], concurrencies: Sequence[int], max_new_tokens: int, paired: bool,
+    steps0: Path | None = None,
 ) -> tuple[list[Measured], dict[str, dict[str, list[int]]]]:  # fmt: skip
     """Plain decoding and each speculative setting, each started through the launcher; one
-    Measured per server and concurrency, and every server's greedy outputs by name."""
+    Measured per server and concurrency, and every server's greedy outputs by name. With
+    ``steps0`` (an all-[0] adaptive config file) a steps-0 server is timed too."""
     params = greedy(max_new_tokens)
     outputs: dict[str, dict[str, list[int]]] = {}
     ref_s: dict[int, list[float]] = {c: [] for c in concurrencies}
@@ -140,8 +152,11 @@ def measure_launched(
                 ref_s[c] = [_seconds(b, False)[0] for b, _ in timed_rounds(ref, None, prompts,
                                                                           c, params)]  # fmt: skip
             plain_alive.close()
-        for i, s in enumerate(settings):
-            spec = ServerSpec(s.name, None, model_path, tuple(s.on(list(argv))))
+        servers = [(s, s.on(list(argv))) for s in settings]
+        if steps0 is not None:
+            servers.append((STEPS0, steps0_argv(argv, steps0)))
+        for i, (s, s_argv) in enumerate(servers):
+            spec = ServerSpec(s.name, None, model_path, tuple(s_argv))
             with live_server(spec, log_dir) as url:
                 outputs[s.name] = warm_up(url, prompts, params)
                 for c in concurrencies:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sglang_eagle3.tune.adaptive import config as slot_config
+from sglang_eagle3.tune.adaptive import describe, slots
 from sglang_eagle3.tune.cost import CostModel, Measured, break_even
 from sglang_eagle3.tune.grid import Setting
-
-ADAPTIVE_WITHIN = 0.9  # adaptive candidates: chain steps within 10 % of the best chain
 
 
 @dataclass(frozen=True)
@@ -65,28 +65,29 @@ def verdict(model: CostModel, best: Prediction) -> str:
             "config")  # fmt: skip
 
 
+def chain_drafts(profile: dict[Setting, float]) -> dict[int, float]:
+    """{steps: accepted drafts per verify} of the profile's chains, steps 0 (no draft) included:
+    what SGLang's adaptive mode (topk 1 only) chooses among."""
+    out = {s.steps: a - 1 for s, a in profile.items() if s.topk == 1}
+    return {0: 0.0, **out} if out else {}
+
+
+def adaptive_slots(model: CostModel, profile: dict[Setting, float], concurrencies) -> list:
+    """The tuner's adaptive slots (tune/adaptive.py); empty where the grid holds no chain."""
+    drafts = chain_drafts(profile)
+    return slots(model, drafts, concurrencies) if drafts else []
+
+
 def adaptive_config(model: CostModel, profile: dict[Setting, float], concurrencies) -> dict:
-    """SGLang 0.5.23's --speculative-adaptive-config (topk 1 only): per batch size, the chain
-    steps predicted within 10 % of the best chain, and 0 (no drafting) where plain is."""
-    out = {}
-    chains = {s: a for s, a in profile.items() if s.topk == 1}
-    for c in concurrencies:
-        preds = predict(model, chains, c)
-        if not preds:
-            continue
-        best = max(preds[0].tok_s, 1 / model.plain(c))
-        steps = {p.setting.steps for p in preds if p.tok_s >= ADAPTIVE_WITHIN * best}
-        if 1 / model.plain(c) >= ADAPTIVE_WITHIN * best:
-            steps.add(0)
-        out[str(c)] = {"candidate_steps": sorted(steps), "up_hysteresis": 0.0,
-                       "down_hysteresis": -0.25, "ceiling_coeff": 0}  # fmt: skip
-    return out
+    """SGLang's --speculative-adaptive-config for these slots ({} without a chain)."""
+    return slot_config(adaptive_slots(model, profile, concurrencies))
 
 
 def adaptive_flags(config: dict) -> str | None:
     """The flags that serve ``config``: SGLang 0.5.23 refuses a --speculative-num-steps outside
-    the union of its candidate steps. It starts from the lowest batch size's longest chain, as
-    a lone request is where drafting pays most; None where the config never drafts."""
+    the union of its candidate steps, and starts every slot at it where the slot holds it. It
+    starts from the lowest batch size's longest step, as a lone request is where drafting pays
+    most; None where the config never drafts."""
     if not config:
         return None
     lowest = [s for s in config[min(config, key=int)]["candidate_steps"] if s]
@@ -95,6 +96,18 @@ def adaptive_flags(config: dict) -> str | None:
     if steps is None:
         return None
     return " ".join([*Setting(steps, 1, steps + 1).flags, "--speculative-adaptive"])
+
+
+def steps0_sentences(model: CostModel, concurrencies) -> list[str]:
+    """Steps 0 against plain decoding, per concurrency: SGLang's [0] still verifies each token
+    and extends the drafter, so serving without speculation is faster by this much."""
+    out = []
+    for c in concurrencies:
+        ratio = model.steps0(c) / model.plain(c)
+        out.append(f"at {c} concurrent request(s) steps 0 costs {ratio:.2f}x a plain step "
+                   f"({'timed' if model.z0 is not None else 'modelled'}): a server without "
+                   f"speculation is {ratio:.2f}x faster than an adaptive slot at [0]")  # fmt: skip
+    return out
 
 
 def measured_rows(measured: list[Measured]) -> list[dict]:
@@ -132,6 +145,20 @@ def render(result: dict) -> str:
                      f"tok/s (accept {e['accept_length']}, break-even "
                      f"{e['break_even_accept_length']}; draft steps "
                      f"{e['shares']['draft_steps']:.0%} of the cycle)")  # fmt: skip
+    mix = result.get("mix")
+    if mix:
+        lines.append("")
+        shares = ", ".join(f"{p['concurrency']}: {p['weight']:.0%}" for p in mix["phases"])
+        lines.append(f"== the mix (share of tokens at each concurrency: {shares})")
+        lines.append(f"   recommended: {mix['recommended']}: {mix['flags']}")
+        lines += [f"   {w}" for w in mix["why"]]
+        for c, shares in mix.get("adaptive_steps", {}).items():
+            ran = ", ".join(f"steps {s} {v:.0%}" for s, v in shares.items())
+            lines.append(f"   adaptive at {c} (SGLang's rule, simulated): {ran} of batches")
+    for line in result.get("steps0", []):
+        lines.append(f"steps 0: {line}")
+    for line in result.get("adaptive_slots", []):
+        lines.append(f"adaptive slot, {line}")
     if "adaptive_config" in result:
         flags = result["adaptive_flags"]
         lines.append(f"adaptive config: serve with {flags} --speculative-adaptive-config FILE"
@@ -147,7 +174,7 @@ def build_result(
 ) -> dict:  # fmt: skip
     """Everything the tuner found, as one JSON-able dict (what --json prints)."""
     grid_profile = {s: profile[s] for s in settings}
-    plain = {m.concurrency: 1 / m.seconds for m in measured if m.steps == 0}
+    plain = {m.concurrency: 1 / m.seconds for m in measured if m.plain}
     per, every = {}, []
     for c in concurrency:
         preds = predict(model, grid_profile, c)
@@ -165,7 +192,8 @@ def build_result(
             "top": [p.to_dict() for p in preds[:5]],
             "why": explain(model, best),
         }
-    config = adaptive_config(model, grid_profile, concurrency)
+    found = adaptive_slots(model, grid_profile, concurrency)
+    config = slot_config(found)
     explains = []
     for s in explained:
         for c in concurrency:
@@ -181,5 +209,7 @@ def build_result(
         "explained": explains,
         "adaptive_config": config,
         "adaptive_flags": adaptive_flags(config),
+        "adaptive_slots": describe(found),
+        "steps0": steps0_sentences(model, concurrency),
         "predictions": every,
     }

@@ -1,0 +1,98 @@
+"""One deployment for a traffic mix: the static setting, the adaptive config or plain decoding
+that serves the whole mix fastest, with the reasons (pure).
+
+A mix is a share of the generated tokens per concurrency: ``--concurrency 1,8,32 --weights
+0.5,0.3,0.2``, or a trace file of phases (``{"phases": [{"concurrency": 1, "requests": 16,
+"max_new_tokens": 64}, ...]}``, each phase weighted by its tokens). At concurrency c a
+deployment serving v tokens a second per request serves c * v in all, so the mix takes
+``sum(w_c / (c * v_c))`` seconds a token: whole-mix tok/s is its inverse.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglang_eagle3.errors import WiringError
+
+PLAIN, ADAPTIVE = "plain", "adaptive"
+
+
+@dataclass(frozen=True)
+class Phase:
+    concurrency: int
+    weight: float  # share of the mix's generated tokens
+    requests: int | None = None
+    max_new_tokens: int | None = None
+
+
+def from_weights(concurrency: tuple[int, ...], weights: str | None) -> list[Phase]:
+    """--concurrency with --weights (default: equal shares); a WiringError on a bad list."""
+    if weights is None:
+        return [Phase(c, 1 / len(concurrency)) for c in concurrency]
+    fix = "give one weight >= 0 per --concurrency value, e.g. --weights 0.5,0.3,0.2"
+    try:
+        values = [float(w) for w in weights.split(",")]
+    except ValueError:
+        raise WiringError(f"--weights {weights!r} is not a list of numbers",
+                          path="command line", fix=fix) from None  # fmt: skip
+    if any(v != v or v == float("inf") for v in values):
+        raise WiringError(f"--weights {weights!r} holds nan or inf", path="command line", fix=fix)
+    if len(values) != len(concurrency) or min(values) < 0 or not sum(values) > 0:
+        raise WiringError(f"--weights {weights!r}: {len(values)} weight(s) for "
+                          f"{len(concurrency)} concurrencies, all >= 0 and not all 0",
+                          path="command line", fix=fix)  # fmt: skip
+    total = sum(values)
+    return [Phase(c, w / total) for c, w in zip(concurrency, values, strict=True)]
+
+
+def read_trace(path: Path, default_tokens: int, *, top: int) -> list[Phase]:
+    """The phases of a trace file, each weighted by requests x max_new_tokens."""
+    fix = ('write {"phases": [{"concurrency": 1, "requests": 16, "max_new_tokens": 64}, ...]} '
+           f"with concurrency 1-{top}, requests >= 1")  # fmt: skip
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise WiringError(f"cannot read the trace: {err}", path=str(path), fix=fix) from None
+    phases = data.get("phases") if isinstance(data, dict) else None
+    if not isinstance(phases, list) or not phases:
+        raise WiringError('the trace holds no "phases" list', path=str(path), fix=fix)
+    out = []
+    for i, ph in enumerate(phases):
+        ok = isinstance(ph, dict)
+        c, n = (ph.get("concurrency"), ph.get("requests")) if ok else (None, None)
+        t = ph.get("max_new_tokens", default_tokens) if ok else None
+        good = all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (c, n, t))
+        if not good or c > top:
+            raise WiringError(f"phase {i} ({ph!r}) needs whole-number concurrency "
+                              f"(1-{top}), requests and max_new_tokens (>= 1)",
+                              path=str(path), fix=fix)  # fmt: skip
+        out.append(Phase(c, float(n * t), n, t))
+    total = sum(p.weight for p in out)
+    return [Phase(p.concurrency, p.weight / total, p.requests, p.max_new_tokens) for p in out]
+
+
+def whole(phases: list[Phase], speeds: dict[int, float]) -> float:
+    """Whole-mix tok/s of a deployment serving ``speeds[c]`` tok/s per request at c."""
+    return 1 / sum(p.weight / (p.concurrency * speeds[p.concurrency]) for p in phases)
+
+
+def recommend(phases: list[Phase], candidates: dict[str, dict[int, float]]) -> dict:
+    """The fastest deployment over the whole mix, every candidate's figures, and why."""
+    totals = {name: whole(phases, v) for name, v in candidates.items()}
+    best = max(totals, key=lambda n: totals[n])
+    cs = sorted({p.concurrency for p in phases})
+    per_c = {c: max(candidates, key=lambda n: candidates[n][c]) for c in cs}
+    ranked = sorted(totals, key=lambda n: -totals[n])
+    why = [f"{best} serves the whole mix at {totals[best]:.1f} tok/s; next "
+           + ", ".join(f"{n} {totals[n]:.1f}" for n in ranked[1:4])]  # fmt: skip
+    for c in cs:
+        mine, top = candidates[best][c], candidates[per_c[c]][c]
+        line = f"at {c}: {mine * c:.1f} tok/s, {mine / top:.2f}x the fastest here ({per_c[c]})"
+        if PLAIN in candidates and best != PLAIN and mine < candidates[PLAIN][c]:
+            line += f"; BELOW plain ({candidates[PLAIN][c] * c:.1f} tok/s) at this concurrency"
+        why.append(line)
+    return {"recommended": best, "whole_tok_s": {n: round(v, 2) for n, v in totals.items()},
+            "per_concurrency_best": {str(c): n for c, n in per_c.items()}, "why": why,
+            "phases": [vars(p) for p in phases]}  # fmt: skip
