@@ -15,7 +15,8 @@ from conftest_helpers_layout import flat_config, make_flat_draft, write_json
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.launch.adaptive import DEFAULT_ADAPTIVE_CONFIG, check_adaptive_config
 from sglang_eagle3.launch.cli import PROG, main
-from sglang_eagle3.launch.spec_flags import FlagConflict, SpecFlags, resolve_spec_argv
+from sglang_eagle3.launch.spec_flags import FlagConflict, SpecFlags
+from sglang_eagle3.launch.spec_resolve import resolve_spec_argv
 
 ADAPTIVE = "--speculative-adaptive"
 CONFIG = "--speculative-adaptive-config"

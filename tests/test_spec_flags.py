@@ -18,10 +18,10 @@ from sglang_eagle3.launch.spec_flags import (
     Resolution,
     SpecFlags,
     max_draft_tokens,
-    resolve_spec_argv,
     resolve_spec_flags,
     sglang_argv_flags,
 )
+from sglang_eagle3.launch.spec_resolve import resolve_spec_argv
 
 LLAMA, DSV3, QWEN = "LlamaForCausalLM", "DeepseekV3ForCausalLM", "Qwen3ForCausalLM"
 GROK = "Grok1ForCausalLM"

@@ -17,10 +17,10 @@ from sglang_eagle3.launch.spec_flags import (
     TOPK,
     FlagConflict,
     SpecFlags,
-    resolve_spec_argv,
     resolve_spec_flags,
     sglang_argv_flags,
 )
+from sglang_eagle3.launch.spec_resolve import resolve_spec_argv
 
 # --- SGLang's own resolution, in a subprocess (its import is heavy and mutates globals) ----
 _PROBE = r"""

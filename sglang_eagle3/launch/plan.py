@@ -20,7 +20,8 @@ from sglang_eagle3.checkpoint.prestart import prestart_check
 from sglang_eagle3.checkpoint.target_config import TargetInfo, read_target
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.launch.argv import argv_get, argv_has, argv_int, argv_set
-from sglang_eagle3.launch.spec_flags import Resolution, resolve_spec_argv, sglang_argv_flags
+from sglang_eagle3.launch.spec_flags import Resolution, sglang_argv_flags
+from sglang_eagle3.launch.spec_resolve import resolve_spec_argv
 from sglang_eagle3.layout.capture_plan import (
     LAYOUT_ENV,
     CapturePlan,

@@ -16,14 +16,10 @@ to ``launch/adaptive.py``, whose steps may be 0. Pure Python: no torch, no sglan
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sglang_eagle3.draft_tree_size import max_draft_tokens
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.launch.argv import argv_get, argv_has, argv_int
-
-if TYPE_CHECKING:  # adaptive.py imports this module
-    from sglang_eagle3.launch.adaptive import AdaptiveConfig
 
 STEPS, TOPK, DRAFT = (
     "--speculative-num-steps",
@@ -111,7 +107,7 @@ class Resolution:
     flags: SpecFlags
     changes: tuple[FlagChange, ...] = ()
     notes: tuple[str, ...] = ()
-    adaptive: AdaptiveConfig | None = None  # the candidate steps SGLang moves among
+    adaptive: object | None = None  # launch/adaptive.py's AdaptiveConfig: the steps it moves among
 
     def __post_init__(self) -> None:
         if None in self.flags.as_tuple():
@@ -286,14 +282,10 @@ def sglang_argv_flags(resolution: Resolution) -> list[str]:
     ]
 
 
-def resolve_spec_argv(argv: list[str], *, architecture: str) -> Resolution:
+def resolve_static_argv(argv: list[str], *, architecture: str) -> Resolution:
     """:func:`resolve_spec_flags` with the flags read from an SGLang command line, so the
-    launcher refuses before start what SGLang would raise on (or silently change). Adaptive
-    mode (either adaptive flag given) is resolved by ``launch/adaptive.py`` instead."""
-    if argv_has(argv, ADAPTIVE) or argv_has(argv, ADAPTIVE_CONFIG):
-        from sglang_eagle3.launch.adaptive import resolve_adaptive_argv
-
-        return resolve_adaptive_argv(argv)
+    launcher refuses before start what SGLang would raise on (or silently change); adaptive
+    mode is launch/spec_resolve.py's to dispatch."""
     page_size = argv_int(argv, PAGE_SIZE)
     return resolve_spec_flags(
         SpecFlags(argv_int(argv, STEPS), argv_int(argv, TOPK), argv_int(argv, DRAFT)),

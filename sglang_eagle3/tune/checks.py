@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sglang_eagle3.draft_tree_size import max_draft_tokens
 from sglang_eagle3.errors import WiringError
-from sglang_eagle3.launch.spec_flags import resolve_spec_argv
+from sglang_eagle3.launch.spec_resolve import resolve_spec_argv
 from sglang_eagle3.tune.grid import Setting
 
 STEPS = (1, 8)  # --steps: the chain depths the grid scores

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from sglang_eagle3.draft_tree_size import max_draft_tokens
 from sglang_eagle3.errors import WiringError
 from sglang_eagle3.launch.argv import argv_set
-from sglang_eagle3.launch.spec_flags import DRAFT, STEPS, TOPK, resolve_spec_argv
+from sglang_eagle3.launch.spec_flags import DRAFT, STEPS, TOPK
+from sglang_eagle3.launch.spec_resolve import resolve_spec_argv
 
 _PART = re.compile(r"(\d+)(?:-(\d+))?\Z", re.ASCII)  # N or A-B, ASCII digits only
 
