@@ -163,7 +163,8 @@ def measure_launched(
                     got, acc = rounds.setdefault((i, s, c), []), accepts.setdefault((i, s, c), [])
                     for sub, rb in timed_rounds(url, ref if paired else None, prompts, c,
                                                 params):  # fmt: skip
-                        seconds, a = _seconds(sub, True)
+                        # steps 0 yields one token a cycle, and SGLang reports no verify count
+                        seconds, a = _seconds(sub, s.steps > 0)
                         acc += a
                         r = _seconds(rb, False)[0] if rb is not None else None
                         got.append((seconds, r))
