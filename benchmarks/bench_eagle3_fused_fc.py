@@ -1,18 +1,19 @@
-"""eagle3_fused_fc against the unfused path (RMSNorm(s), cat, cuBLAS linear), bf16, K = 3.
+"""eagle3_fused_fc's paths against the unfused path (RMSNorm(s), cat, cuBLAS linear), bf16, K = 3.
 
     python benchmarks/bench_eagle3_fused_fc.py [--json PATH] [--budget-s 420]
 
 For T in the dispatch's T_BUCKETS (1 ... 4096), H in {4096, 7168} (N = H) and every norm
-variant: checks the fused output against an fp32 reference, times both paths as CUDA-graph
-replays (``triton.testing.do_bench_cudagraph``: GPU time without Python launch overhead, as
-SGLang's drafter runs under CUDA graphs at decode), and gives the roofline floor
-max(bytes / measured copy bandwidth, FLOPs / measured bf16 matmul rate). At decode sizes it also
-times alternative tilings. Prints one Markdown table, writes JSON, and prints the
-``MEASURED_WINS`` entries (shapes where the default tiling beat the unfused path by >= 3 %);
-benchmarks/gpu_check.py writes them into the file ``eagle3_fused_fc_dispatch`` reads. The
-unfused norm is sgl_kernel.rmsnorm when installed (what SGLang runs on CUDA), else a
-torch.compile'd RMSNorm (one kernel too), eager PyTorch only if that fails. Without CUDA it
-prints that and exits 0.
+variant: checks each fused path (``eagle3_fused_fc_gemv`` up to T = 64, with its tuning
+candidates up to T = 16; ``eagle3_fused_fc_normcat``; the ``tiled`` kernel) against an fp32
+reference, times them and the unfused path as CUDA-graph replays
+(``triton.testing.do_bench_cudagraph``: GPU time without Python launch overhead, as SGLang's
+drafter runs under CUDA graphs at decode), and gives each time's bandwidth (essential bytes /
+time) and the roofline floor max(bytes / measured copy bandwidth, FLOPs / measured bf16 matmul
+rate). Prints one Markdown table, writes JSON, and prints the ``MEASURED_WINS`` entries (shapes
+where a path's default tiles beat the unfused path by >= 3 %); benchmarks/gpu_check.py writes
+them into the file ``eagle3_fused_fc_dispatch`` reads. The unfused norm is sgl_kernel.rmsnorm
+when installed (what SGLang runs on CUDA), else a torch.compile'd RMSNorm (one kernel too),
+eager PyTorch only if that fails. Without CUDA it prints that and exits 0.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a 
 from sglang_eagle3.ops.eagle3_fused_fc_dispatch import T_BUCKETS, is_win  # noqa: E402
 
 TOKENS = T_BUCKETS
+DEFAULTS = ("tiled", "gemv", "normcat")  # each path's default tiles; the rest: candidates
 HIDDENS = (4096, 7168)
 NORMS = ("none", "before_fc", "per_tap", "both")
 K, EPS, TOL = 3, 1e-6, {False: 2e-2, True: 4e-2}
@@ -87,22 +89,26 @@ def measure_rates(bench) -> tuple[float, float]:
     return bw, rate
 
 
-def candidate_configs(tokens, hidden, dispatch):
-    """What eagle3_fused_fc picks on this device, and at decode some alternatives."""
+def candidate_configs(tokens, hidden, dispatch) -> dict[str, tuple[str, object]]:
+    """name -> (path, tiles) of what is timed: each path's default tiles (what eagle3_fused_fc
+    picks on this device), and at T <= 16 the GEMV's tuning candidates."""
     cap = torch.cuda.get_device_capability()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    base = dispatch.pick_config(tokens, hidden, hidden, K, torch.bfloat16, cap, sms)
-    cfgs = {"default": base}
-    if tokens <= 64:  # decode: finer N tiles vs a split over taps
-        C = dispatch.FusedFcConfig
-        cfgs["one-pass bn32"] = C(base.block_m, 32, base.block_k, 0, 8, 4, base.num_stages)
-        cfgs["one-pass bn64"] = C(base.block_m, 64, base.block_k, 0, 8, 4, base.num_stages)
-        cfgs["split-taps bn64"] = C(base.block_m, 64, base.block_k, 1, 8, 4, base.num_stages)
-        cfgs["split-2x bn128"] = C(base.block_m, 128, base.block_k, 2, 8, 4, base.num_stages)
-    unique = {}
-    for name, cfg in cfgs.items():
-        unique.setdefault(cfg, name)
-    return {name: cfg for cfg, name in unique.items()}
+    bf16 = torch.bfloat16
+    cfgs = {
+        "tiled": ("tiled", dispatch.pick_config(tokens, hidden, hidden, K, bf16, cap, sms)),
+        "normcat": ("normcat", dispatch.pick_normcat_config(hidden, bf16)),
+    }
+    if tokens <= 64:
+        cfgs["gemv"] = (
+            "gemv",
+            dispatch.pick_gemv_config(tokens, hidden, hidden, K, bf16, cap, sms),
+        )
+    if tokens <= 16:
+        for cfg in dispatch.gemv_candidates(tokens, hidden, hidden, K, bf16, cap, sms)[1:]:
+            name = f"gemv {cfg.block_n}x{cfg.block_k} C{cfg.split_chunks}"
+            cfgs[name + ("" if cfg.use_dot else " fma")] = ("gemv", cfg)
+    return cfgs
 
 
 def run(budget_s: float) -> dict:
@@ -144,18 +150,23 @@ def run(budget_s: float) -> dict:
                 row = dict(H=hidden, T=tokens, norm=norm, floor_us=floor_us, configs={})
                 args = (x, w, win, wtap, norm, rms)
                 row["unfused_us"] = 1e3 * bench(lambda args=args: unfused(*args))
+                row["unfused_GBps"] = nbytes / (row["unfused_us"] * 1e3)
                 cfgs = candidate_configs(tokens, hidden, dispatch)
-                for name, cfg in cfgs.items():
-                    if late and name != "default":
+                for name, (path, cfg) in cfgs.items():
+                    if late and name not in DEFAULTS:
                         continue
                     out = torch.empty(tokens, hidden, device="cuda", dtype=torch.bfloat16)
 
-                    def fused(cfg=cfg, out=out, x=x, w=w, kw=kw):
-                        return eagle3_fused_fc(x, w, out=out, backend="triton", config=cfg, **kw)
+                    def fused(cfg=cfg, out=out, x=x, w=w, kw=kw, path=path):
+                        return eagle3_fused_fc(
+                            x, w, out=out, backend="triton", config=cfg, path=path, **kw
+                        )
 
                     got = fused().float()
                     err = ((got - ref).abs() / (tol + tol * ref.abs())).max().item()
-                    timing = dict(cfg=dataclasses.asdict(cfg), us=1e3 * bench(fused), err=err)
+                    us = 1e3 * bench(fused)
+                    timing = dict(path=path, cfg=dataclasses.asdict(cfg), us=us, err=err)
+                    timing["GBps"] = nbytes / (us * 1e3)
                     row["configs"][name] = timing
                 rows.append(row)
                 del ref
@@ -175,29 +186,34 @@ def report(res: dict) -> str:
     lines = [
         f"{res['device']} (sm_{''.join(map(str, res['capability']))}): copy "
         f"{res['bandwidth_GBps']:.0f} GB/s, bf16 matmul {res['matmul_TFLOPs']:.0f} TFLOP/s; "
-        f"unfused norm: {res['unfused_norm']}; times are CUDA-graph replays (us)",
+        f"unfused norm: {res['unfused_norm']}; times are CUDA-graph replays (us), bandwidth = "
+        "essential bytes (weight + input + output) / time",
         "",
-        "| H | T | norm | floor | unfused | fused (default) | speedup | best fused (config) "
-        "| err/tol |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| H | T | norm | floor | unfused (GB/s) | tiled | gemv | normcat | best (GB/s, % of copy)"
+        " | speedup | err/tol |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     wins = []
     for r in res["rows"]:
-        d = r["configs"]["default"]
-        best_name = min(r["configs"], key=lambda n: r["configs"][n]["us"])
-        best = r["configs"][best_name]
-        worst_err = max(c["err"] for c in r["configs"].values())
+        c = r["configs"]
+        best_name = min(c, key=lambda n: c[n]["us"])
+        best = c[best_name]
+        worst_err = max(v["err"] for v in c.values())
+        cells = [f"{c[p]['us']:.1f}" if p in c else "-" for p in DEFAULTS]
+        pct = 100 * best["GBps"] / res["bandwidth_GBps"]
         lines.append(
             f"| {r['H']} | {r['T']} | {r['norm']} | {r['floor_us']:.1f} | {r['unfused_us']:.1f} "
-            f"| {d['us']:.1f} | {r['unfused_us'] / d['us']:.2f}x | {best['us']:.1f} ({best_name})"
-            f" | {worst_err:.2f} |"
+            f"({r['unfused_GBps']:.0f}) | {' | '.join(cells)} | {best['us']:.1f} {best_name} "
+            f"({best['GBps']:.0f}, {pct:.0f} %) | {r['unfused_us'] / best['us']:.2f}x "
+            f"| {worst_err:.2f} |"
         )
-        if is_win(d["us"], r["unfused_us"]) and worst_err <= 1.0:
-            wins.append((r["norm"], r["T"], r["H"], K))
+        path_best = min((p for p in DEFAULTS if p in c), key=lambda p: c[p]["us"])
+        if is_win(c[path_best]["us"], r["unfused_us"]) and worst_err <= 1.0:
+            wins.append((r["norm"], r["T"], r["H"], K, path_best))
     if res["skipped_for_time"]:
         lines += ["", f"not run (time budget): {res['skipped_for_time']}"]
-    lines += ["", "MEASURED_WINS entries (default tiling >= 3 % faster, correct):", repr(wins)]
-    return "\n".join(lines)
+    lines += ["", "MEASURED_WINS entries (a path's default tiles >= 3 % faster, correct):"]
+    return "\n".join(lines + [repr(wins)])
 
 
 def main() -> int:

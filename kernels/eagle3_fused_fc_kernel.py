@@ -1,5 +1,9 @@
 """Triton kernels for the EAGLE-3 drafter's first step: ``out = fc(norm(cat(h_1..h_K))) (+ b)``.
 
+This is the ``tiled`` path (one tiled GEMM, norms inline). The decode split-K GEMV
+(``eagle3_fused_fc_gemv.py``) and the prefill norm + concat pass before cuBLAS
+(``eagle3_fused_fc_normcat.py``) are the other two; the dispatch picks per measured shape.
+
 Math, per token row t (x_k = tap k, width H; W = fc weight [N, K*H], W_k its k-th column block):
 
   none      out = sum_k x_k @ W_k^T
