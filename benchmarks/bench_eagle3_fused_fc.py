@@ -11,7 +11,7 @@ drafter runs under CUDA graphs at decode), and gives each time's bandwidth (esse
 time) and the roofline floor max(bytes / measured copy bandwidth, FLOPs / measured bf16 matmul
 rate). Prints one Markdown table, writes JSON, and prints the ``MEASURED_WINS`` entries (shapes
 where a path's default tiles beat the unfused path by >= 3 %); benchmarks/gpu_check.py writes
-them into the file ``eagle3_fused_fc_dispatch`` reads. The unfused norm is sgl_kernel.rmsnorm
+them into the file ``eagle3_fused_fc_wins`` reads. The unfused norm is sgl_kernel.rmsnorm
 when installed (what SGLang runs on CUDA), else a torch.compile'd RMSNorm (one kernel too),
 eager PyTorch only if that fails. Without CUDA it prints that and exits 0.
 """
@@ -30,7 +30,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a bare checkout
 # the buckets use_fused looks up, and its win rule: one source for them
-from sglang_eagle3.ops.eagle3_fused_fc_dispatch import T_BUCKETS, is_win  # noqa: E402
+from sglang_eagle3.ops.eagle3_fused_fc_configs import T_BUCKETS  # noqa: E402
+from sglang_eagle3.ops.eagle3_fused_fc_wins import is_win  # noqa: E402
 
 TOKENS = T_BUCKETS
 DEFAULTS = ("tiled", "gemv", "normcat")  # each path's default tiles; the rest: candidates
@@ -89,23 +90,23 @@ def measure_rates(bench) -> tuple[float, float]:
     return bw, rate
 
 
-def candidate_configs(tokens, hidden, dispatch) -> dict[str, tuple[str, object]]:
+def candidate_configs(tokens, hidden, fc_tiles) -> dict[str, tuple[str, object]]:
     """name -> (path, tiles) of what is timed: each path's default tiles (what eagle3_fused_fc
     picks on this device), and at T <= 16 the GEMV's tuning candidates."""
     cap = torch.cuda.get_device_capability()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     bf16 = torch.bfloat16
     cfgs = {
-        "tiled": ("tiled", dispatch.pick_config(tokens, hidden, hidden, K, bf16, cap, sms)),
-        "normcat": ("normcat", dispatch.pick_normcat_config(hidden, bf16)),
+        "tiled": ("tiled", fc_tiles.pick_config(tokens, hidden, hidden, K, bf16, cap, sms)),
+        "normcat": ("normcat", fc_tiles.pick_normcat_config(hidden, bf16)),
     }
     if tokens <= 64:
         cfgs["gemv"] = (
             "gemv",
-            dispatch.pick_gemv_config(tokens, hidden, hidden, K, bf16, cap, sms),
+            fc_tiles.pick_gemv_config(tokens, hidden, hidden, K, bf16, cap, sms),
         )
     if tokens <= 16:
-        for cfg in dispatch.gemv_candidates(tokens, hidden, hidden, K, bf16, cap, sms)[1:]:
+        for cfg in fc_tiles.gemv_candidates(tokens, hidden, hidden, K, bf16, cap, sms)[1:]:
             name = f"gemv {cfg.block_n}x{cfg.block_k} C{cfg.split_chunks}"
             cfgs[name + ("" if cfg.use_dot else " fma")] = ("gemv", cfg)
     return cfgs
@@ -114,7 +115,7 @@ def candidate_configs(tokens, hidden, dispatch) -> dict[str, tuple[str, object]]
 def run(budget_s: float) -> dict:
     import triton.testing
 
-    from sglang_eagle3.ops import eagle3_fused_fc_dispatch as dispatch
+    from sglang_eagle3.ops import eagle3_fused_fc_tiles as fc_tiles
     from sglang_eagle3.ops.eagle3_fused_fc import eagle3_fused_fc, eagle3_fused_fc_reference
 
     start = time.monotonic()
@@ -151,7 +152,7 @@ def run(budget_s: float) -> dict:
                 args = (x, w, win, wtap, norm, rms)
                 row["unfused_us"] = 1e3 * bench(lambda args=args: unfused(*args))
                 row["unfused_GBps"] = nbytes / (row["unfused_us"] * 1e3)
-                cfgs = candidate_configs(tokens, hidden, dispatch)
+                cfgs = candidate_configs(tokens, hidden, fc_tiles)
                 for name, (path, cfg) in cfgs.items():
                     if late and name not in DEFAULTS:
                         continue

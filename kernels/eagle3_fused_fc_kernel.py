@@ -18,7 +18,7 @@ No normalized copy of the [T, K*H] input is ever written: the column factors g_k
 applied to the A tile as it is loaded, and the row factors r, r_k, s_k (one per row and tap)
 either the same way (PRESCALED) or to the fp32 accumulator of each tap's partial product.
 Accumulation is fp32; bf16/fp16/fp32 in and out. Launch shapes (chosen by
-``sglang_eagle3.ops.eagle3_fused_fc_dispatch.pick_config``):
+``sglang_eagle3.ops.eagle3_fused_fc_tiles.pick_config``):
 
 - inline, one pass (decode, enough output tiles): each program owns a [BLOCK_M, BLOCK_N] output
   tile and walks all K taps; the sums of squares come from the A tiles the GEMM loads anyway

@@ -17,7 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from sglang_eagle3.ops import eagle3_fused_fc_configs as fc_configs
 from sglang_eagle3.ops import eagle3_fused_fc_dispatch as dispatch
+from sglang_eagle3.ops import eagle3_fused_fc_tiles as fc_tiles
+from sglang_eagle3.ops import eagle3_fused_fc_wins as fc_wins
 from sglang_eagle3.ops.eagle3_fused_fc import NORMS, eagle3_fused_fc, eagle3_fused_fc_reference
 from sglang_eagle3.ops.eagle3_fused_fc_cases import TOL, interp_cases
 
@@ -123,16 +126,16 @@ def fake_sm90(monkeypatch):
 
 
 def test_use_fused_only_where_measured_and_env_switch(fake_sm90, monkeypatch):
-    for norm, t, h, k in dispatch.MEASURED_WINS:  # the checked-in GPU run's wins
+    for norm, t, h, k in fc_wins.MEASURED_WINS:  # the checked-in GPU run's wins
         assert dispatch.use_fused(t, h, k, norm, "cuda:0")
     # every other shape that run timed was not >= 3 % faster fused: norm + cat + cuBLAS
-    rows = json.loads(dispatch.WINS_FILE.read_text())["timing"]["rows"]
-    slower = {(r["norm"], r["T"], r["H"], r["K"]) for r in rows} - dispatch.MEASURED_WINS
+    rows = json.loads(fc_wins.WINS_FILE.read_text())["timing"]["rows"]
+    slower = {(r["norm"], r["T"], r["H"], r["K"]) for r in rows} - fc_wins.MEASURED_WINS
     assert slower and not any(dispatch.use_fused(t, h, k, n, "cuda:0") for n, t, h, k in slower)
     assert not dispatch.use_fused(1, 1234, 3, "per_tap", "cuda:0")  # never measured
-    monkeypatch.setattr(dispatch, "MEASURED_WINS", frozenset())
+    monkeypatch.setattr(fc_wins, "MEASURED_WINS", frozenset())
     assert not dispatch.use_fused(1, 4096, 3, "none", "cuda:0")  # nothing measured: fallback
-    monkeypatch.setattr(dispatch, "MEASURED_WINS", frozenset({("per_tap", 16, 7168, 3)}))
+    monkeypatch.setattr(fc_wins, "MEASURED_WINS", frozenset({("per_tap", 16, 7168, 3)}))
     assert dispatch.use_fused(9, 7168, 3, "per_tap", "cuda:0")  # bucket 16
     assert not dispatch.use_fused(17, 7168, 3, "per_tap", "cuda:0")  # bucket 64
     monkeypatch.setenv(dispatch.ENV_SWITCH, "0")
@@ -146,14 +149,14 @@ def test_use_fused_only_where_measured_and_env_switch(fake_sm90, monkeypatch):
 
 def test_configs_split_only_when_output_tiles_are_few(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    decode = dispatch.pick_config(1, 7168, 7168, 3, torch.bfloat16)
+    decode = fc_tiles.pick_config(1, 7168, 7168, 3, torch.bfloat16)
     assert (decode.block_m, decode.block_n, decode.split_chunks) == (16, 32, 0)  # 224 tiles
-    t64 = dispatch.pick_config(64, 7168, 7168, 3, torch.bfloat16)
+    t64 = fc_tiles.pick_config(64, 7168, 7168, 3, torch.bfloat16)
     assert t64.split_chunks >= 1  # 112 tiles < 132 SMs
-    assert dispatch.pick_config(8192, 7168, 7168, 3, torch.bfloat16).split_chunks == 0
-    prefill = dispatch.pick_config(8192, 7168, 7168, 3, torch.bfloat16)
+    assert fc_tiles.pick_config(8192, 7168, 7168, 3, torch.bfloat16).split_chunks == 0
+    prefill = fc_tiles.pick_config(8192, 7168, 7168, 3, torch.bfloat16)
     assert prefill.prescale and (prefill.block_m, prefill.block_n) == (128, 128)
-    small = dispatch.pick_config(64, 7168, 7168, 3, torch.bfloat16, capability=(12, 0))
+    small = fc_tiles.pick_config(64, 7168, 7168, 3, torch.bfloat16, capability=(12, 0))
     assert small.num_stages * (64 + 64) * small.block_k * 2 <= 96 * 1024  # sm_120: ~99 KiB
 
 
@@ -180,8 +183,8 @@ def test_gpu_kernel_matches_fp64(norm, tokens, split):
     kw = dict(norm=norm, norm_weight=win, norm_weights=wtap, eps=1e-6, num_taps=3)
     cfg = None
     if split is not None:
-        base = dispatch.pick_config(tokens, 7168, 7168, 3, torch.bfloat16)
-        cfg = dispatch.FusedFcConfig(base.block_m, base.block_n, base.block_k, split)
+        base = fc_tiles.pick_config(tokens, 7168, 7168, 3, torch.bfloat16)
+        cfg = fc_configs.FusedFcConfig(base.block_m, base.block_n, base.block_k, split)
     out = torch.full((tokens, 7168), float("nan"), device="cuda", dtype=torch.bfloat16)
     got = eagle3_fused_fc(x, w, out=out, backend="triton", config=cfg, path="tiled", **kw)
     ref = eagle3_fused_fc_reference(

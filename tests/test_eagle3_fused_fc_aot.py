@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sglang_eagle3.ops.eagle3_fused_fc_dispatch import pick_config
+from sglang_eagle3.ops.eagle3_fused_fc_tiles import pick_config
 
 triton = pytest.importorskip("triton")
 pytestmark = [

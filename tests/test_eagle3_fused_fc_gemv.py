@@ -26,9 +26,12 @@ import torch
 
 import sglang_eagle3.ops.eagle3_fused_fc as fc_op
 from sglang_eagle3.ops import eagle3_fused_fc_dispatch as dispatch
+from sglang_eagle3.ops import eagle3_fused_fc_launch as fc_launch
+from sglang_eagle3.ops import eagle3_fused_fc_tiles as fc_tiles
+from sglang_eagle3.ops import eagle3_fused_fc_wins as fc_wins
 from sglang_eagle3.ops.eagle3_fused_fc import NORMS, eagle3_fused_fc, eagle3_fused_fc_reference
 from sglang_eagle3.ops.eagle3_fused_fc_cases import gemv_cases, normcat_cases, path_case, run_case
-from sglang_eagle3.ops.eagle3_fused_fc_dispatch import GemvConfig, NormCatConfig
+from sglang_eagle3.ops.eagle3_fused_fc_configs import GemvConfig, NormCatConfig
 
 GEMV_CASES, NORMCAT_CASES = gemv_cases(), normcat_cases()
 
@@ -170,7 +173,7 @@ def _row(norm, t, path, fused_us, unfused_us, h=7168):
 
 
 def _gpu_run(rows, wins, tuned=None, **top) -> dict:
-    data = dict(format=dispatch.GPU_CHECK_FORMAT, dry_run=False, passed=True, wins=wins,
+    data = dict(format=fc_wins.GPU_CHECK_FORMAT, dry_run=False, passed=True, wins=wins,
                 timing=dict(rows=rows))  # fmt: skip
     if tuned is not None:
         data["gemv_tuning"] = dict(tuned=tuned)
@@ -189,7 +192,7 @@ def test_parse_reads_each_wins_path_and_the_tuned_tiles():
     ]  # fmt: skip  (no path: the row's)
     tuned = [dict(H=7168, K=3, T=16, N=7168, config=TILES),
              dict(H=7168, K=3, T=1, N=7168, config=dict(TILES, use_dot=False))]  # fmt: skip
-    got = dispatch.parse_gpu_check(_gpu_run(rows, wins, tuned))
+    got = fc_wins.parse_gpu_check(_gpu_run(rows, wins, tuned))
     assert got.wins == {("per_tap", 1, 7168, 3), ("both", 1024, 7168, 3)}
     assert got.paths == {("per_tap", 1, 7168, 3): "gemv", ("both", 1024, 7168, 3): "normcat"}
     assert got.gemv_tiles == {
@@ -197,11 +200,11 @@ def test_parse_reads_each_wins_path_and_the_tuned_tiles():
         (7168, 3, 1): (7168, GemvConfig(**dict(TILES, use_dot=False))),
     }
     # a dry run's (or a failed run's) tiles are no measurement: ignored, like its wins refused
-    assert dispatch.parse_gpu_check(_gpu_run([], [], tuned, dry_run=True)).gemv_tiles == {}
+    assert fc_wins.parse_gpu_check(_gpu_run([], [], tuned, dry_run=True)).gemv_tiles == {}
     # the first runs' wins carry no path and their rows none: the tiled kernel won them
     legacy = _gpu_run([dict(_row("none", 4, None, 28.0, 31.0), path=None)],
                       [dict(norm="none", T=4, H=7168, K=3)])  # fmt: skip
-    assert dispatch.parse_gpu_check(legacy).paths == {("none", 4, 7168, 3): "tiled"}
+    assert fc_wins.parse_gpu_check(legacy).paths == {("none", 4, 7168, 3): "tiled"}
 
 
 @pytest.mark.parametrize(
@@ -223,17 +226,17 @@ def test_parse_refuses_unbacked_paths_and_malformed_tiles(wins, tuned, why):
     if tuned is not None:
         data["gemv_tuning"] = tuned if isinstance(tuned, dict) else dict(tuned=tuned)
     with pytest.raises(ValueError, match=re.escape(why)):
-        dispatch.parse_gpu_check(data, source="the file")
+        fc_wins.parse_gpu_check(data, source="the file")
 
 
 def test_checked_in_file_paths_and_tiles_are_what_the_dispatch_uses():
-    data = json.loads(dispatch.WINS_FILE.read_text())
-    measured = dispatch.load_measured(dispatch.WINS_FILE)
-    assert dispatch.MEASURED_PATHS == measured.paths and set(measured.paths) == measured.wins
-    assert dispatch.TUNED_GEMV == measured.gemv_tiles
+    data = json.loads(fc_wins.WINS_FILE.read_text())
+    measured = fc_wins.load_measured(fc_wins.WINS_FILE)
+    assert fc_wins.MEASURED_PATHS == measured.paths and set(measured.paths) == measured.wins
+    assert fc_wins.TUNED_GEMV == measured.gemv_tiles
     for w in data["wins"]:  # a win without a path is the tiled kernel's (the first runs)
         key = (w["norm"], w["T"], w["H"], w["K"])
-        assert dispatch.MEASURED_PATHS[key] == w.get("path", dispatch.LEGACY_PATH)
+        assert fc_wins.MEASURED_PATHS[key] == w.get("path", fc_wins.LEGACY_PATH)
 
 
 # --------------------------------------------------------------------------------------------
@@ -249,8 +252,8 @@ def fake_sm90(monkeypatch):
 
 def test_fused_path_is_the_measured_winner_else_the_fallback(fake_sm90, monkeypatch):
     wins = {("per_tap", 1, 7168, 3): "gemv", ("both", 1024, 7168, 3): "normcat"}
-    monkeypatch.setattr(dispatch, "MEASURED_WINS", frozenset(wins))
-    monkeypatch.setattr(dispatch, "MEASURED_PATHS", wins)
+    monkeypatch.setattr(fc_wins, "MEASURED_WINS", frozenset(wins))
+    monkeypatch.setattr(fc_wins, "MEASURED_PATHS", wins)
     assert dispatch.fused_path(1, 7168, 3, "per_tap", "cuda:0") == "gemv"
     assert dispatch.fused_path(700, 7168, 3, "both", "cuda:0") == "normcat"  # bucket 1024
     # measured but not faster (not a win), or never measured: norm + cat + cuBLAS
@@ -300,23 +303,23 @@ def test_op_launches_the_chosen_path(monkeypatch):
 
 def test_gemv_tiles_tuned_first_then_enough_programs(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.setattr(dispatch, "TUNED_GEMV", {})
+    monkeypatch.setattr(fc_wins, "TUNED_GEMV", {})
     for t in (1, 4, 16, 64):
-        cfg = dispatch.pick_gemv_config(t, 7168, 7168, 3)
+        cfg = fc_tiles.pick_gemv_config(t, 7168, 7168, 3)
         tiles = -(-7168 // cfg.block_n) * 3 * cfg.split_chunks
         assert cfg.use_dot and cfg.split_chunks >= 1 and tiles >= (4 if t <= 16 else 2) * 132
     tuned = GemvConfig(**TILES)
-    monkeypatch.setattr(dispatch, "TUNED_GEMV", {(7168, 3, 16): (7168, tuned)})
-    assert dispatch.pick_gemv_config(9, 7168, 7168, 3) == tuned  # bucket 16, the tuned N
-    assert dispatch.pick_gemv_config(9, 4096, 7168, 3) != tuned  # another N: the heuristic
-    assert dispatch.pick_gemv_config(17, 7168, 7168, 3) != tuned  # bucket 64
+    monkeypatch.setattr(fc_wins, "TUNED_GEMV", {(7168, 3, 16): (7168, tuned)})
+    assert fc_tiles.pick_gemv_config(9, 7168, 7168, 3) == tuned  # bucket 16, the tuned N
+    assert fc_tiles.pick_gemv_config(9, 4096, 7168, 3) != tuned  # another N: the heuristic
+    assert fc_tiles.pick_gemv_config(17, 7168, 7168, 3) != tuned  # bucket 64
     unsplit = GemvConfig(32, 128, 0)  # both over several rows: split (no whole-row pre-pass)
-    monkeypatch.setattr(dispatch, "TUNED_GEMV", {(7168, 3, 16): (7168, unsplit)})
-    assert dispatch.pick_gemv_config(9, 7168, 7168, 3, norm="per_tap") == unsplit
-    assert dispatch.pick_gemv_config(9, 7168, 7168, 3, norm="both").split_chunks >= 1
+    monkeypatch.setattr(fc_wins, "TUNED_GEMV", {(7168, 3, 16): (7168, unsplit)})
+    assert fc_tiles.pick_gemv_config(9, 7168, 7168, 3, norm="per_tap") == unsplit
+    assert fc_tiles.pick_gemv_config(9, 7168, 7168, 3, norm="both").split_chunks >= 1
     for t in (1, 16):
-        cands = dispatch.gemv_candidates(t, 7168, 7168, 3, torch.bfloat16, (12, 0), 188)
-        assert cands[0] == dispatch.pick_gemv_config(t, 7168, 7168, 3, torch.bfloat16, (12, 0),
+        cands = fc_tiles.gemv_candidates(t, 7168, 7168, 3, torch.bfloat16, (12, 0), 188)
+        assert cands[0] == fc_tiles.pick_gemv_config(t, 7168, 7168, 3, torch.bfloat16, (12, 0),
                                                      188, tuned=False)  # fmt: skip
         assert len(set(cands)) == len(cands) >= 5
         assert any(c.split_chunks == 0 for c in cands)  # one launch, no reduce
@@ -329,13 +332,13 @@ def test_gemv_tiles_tuned_first_then_enough_programs(monkeypatch):
 def test_tap_strides_stay_specializable():
     """Row strides reach the kernels specialized (16-byte loads), so never as 1."""
     taps = list(torch.randn(5, 3 * 16).chunk(3, -1))
-    x, packed, strides = dispatch._tap_slots(taps, False, 5)
+    x, packed, strides = fc_launch._tap_slots(taps, False, 5)
     assert not packed and strides == [48, 48, 48, 48] and len(x) == 4
-    assert dispatch._tap_slots(taps, False, 1)[2] == [16] * 4  # one row: its stride is unused
+    assert fc_launch._tap_slots(taps, False, 1)[2] == [16] * 4  # one row: its stride is unused
     columns = [t[:, :1] for t in taps]  # width-1 taps of a [5, 1] shape: row stride 48, fine
-    assert dispatch._tap_slots(columns, False, 5)[1] is False
+    assert fc_launch._tap_slots(columns, False, 5)[1] is False
     narrow = [t.reshape(5, 1) for t in torch.randn(3, 5)]  # contiguous rows: stride (1, 1)
-    x, packed, strides = dispatch._tap_slots(narrow, False, 5)
+    x, packed, strides = fc_launch._tap_slots(narrow, False, 5)
     assert packed and x[0].shape == (5, 3) and 1 not in strides
 
 

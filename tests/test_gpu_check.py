@@ -2,7 +2,7 @@
 
 - The CPU dry run (every step at tiny sizes under the Triton interpreter) runs ONCE, in a
   subprocess shared by the `slow` tests below (about 30 s on 2 cores).
-- ``eagle3_fused_fc_dispatch`` turns that JSON format into ``MEASURED_WINS``: from the dry run's
+- ``eagle3_fused_fc_wins`` turns that JSON format into ``MEASURED_WINS``: from the dry run's
   own file, from a copy edited to hold one win, and never from a malformed or unbacked one.
 - The checked-in wins file parses, ships in the package, and is a passed GPU run's (H200,
   2026-12-04) whose wins the dispatch reads.
@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from sglang_eagle3.ops import eagle3_fused_fc_dispatch as dispatch
+from sglang_eagle3.ops import eagle3_fused_fc_configs as fc_configs
+from sglang_eagle3.ops import eagle3_fused_fc_wins as fc_wins
 from sglang_eagle3.ops.eagle3_fused_fc import NORMS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +61,7 @@ def test_dry_run_passes_and_writes_every_section(dry_run):
     proc, data = dry_run["proc"], dry_run["data"]
     assert proc.returncode == 0, proc.stdout[-3000:] + _stderr(proc)
     assert data is not None and "PASSED" in proc.stdout
-    assert data["format"] == dispatch.GPU_CHECK_FORMAT
+    assert data["format"] == fc_wins.GPU_CHECK_FORMAT
     assert data["dry_run"] is True and data["passed"] is True and data["failures"] == []
     dev = data["device"]
     assert "dry run" in dev["name"] and dev["capability"] is None and dev["torch"] and dev["triton"]
@@ -90,8 +91,8 @@ def test_dry_run_times_every_bucket_or_says_why_not(dry_run):
     timed = {tuple(r[f] for f in key) for r in tim["rows"]}
     skipped = {tuple(s[f] for f in key): s["why"] for s in tim["skipped"]}
     # the script's T list is the dispatch's buckets, which end at 4096
-    everything = set(itertools.product(DRAFTERS, NORMS, dispatch.T_BUCKETS))
-    assert dispatch.T_BUCKETS[-1] == 4096 and timed | set(skipped) == everything
+    everything = set(itertools.product(DRAFTERS, NORMS, fc_configs.T_BUCKETS))
+    assert fc_configs.T_BUCKETS[-1] == 4096 and timed | set(skipped) == everything
     assert not timed & set(skipped) and {t for _, _, t in timed} == {1, 4, 16, 64}
     assert all(why.startswith("dry run: T > 64") for why in skipped.values())
 
@@ -106,7 +107,7 @@ def test_dry_run_imports_no_sglang(dry_run):
 @pytest.mark.slow
 def test_dispatch_reads_the_dry_run_file_and_a_measured_win(dry_run, tmp_path):
     data = dry_run["data"]
-    assert dispatch.load_measured_wins(dry_run["path"]) == frozenset()
+    assert fc_wins.load_measured_wins(dry_run["path"]) == frozenset()
     # the same file as a GPU run that measured one win: per_tap at T = 16 on the 8B stand-in
     measured = copy.deepcopy(data)
     rows = measured["timing"]["rows"]
@@ -116,8 +117,8 @@ def test_dispatch_reads_the_dry_run_file_and_a_measured_win(dry_run, tmp_path):
     row.update(fused_us=100.0, unfused_us=103.0, ok=True)  # exactly the 3 % margin
     win = {f: row[f] for f in ("norm", "T", "H", "K")}
     path = _edited(measured, tmp_path, dry_run=False, wins=[win])
-    assert dispatch.load_measured_wins(path) == {("per_tap", 16, 32, 3)}
-    assert dispatch.wins_from_gpu_check(json.loads(path.read_text())) == {("per_tap", 16, 32, 3)}
+    assert fc_wins.load_measured_wins(path) == {("per_tap", 16, 32, 3)}
+    assert fc_wins.wins_from_gpu_check(json.loads(path.read_text())) == {("per_tap", 16, 32, 3)}
 
 
 @pytest.mark.slow
@@ -134,7 +135,7 @@ def test_unbacked_wins_are_refused_naming_the_file(dry_run, tmp_path):
     for why, changes in refused.items():
         path = _edited(data, tmp_path, **changes)
         with pytest.raises(ValueError, match=re.escape(str(path))) as err:
-            dispatch.load_measured_wins(path)
+            fc_wins.load_measured_wins(path)
         assert why in str(err.value)
 
 
@@ -161,30 +162,30 @@ def test_malformed_files_are_refused_naming_the_file(tmp_path, text, why):
     path = tmp_path / "wins.json"
     path.write_text(text)
     with pytest.raises(ValueError, match=re.escape(str(path))) as err:
-        dispatch.load_measured_wins(path)
+        fc_wins.load_measured_wins(path)
     assert why in str(err.value)
 
 
 def test_checked_in_wins_file_is_a_passed_gpu_run_and_the_dispatch_reads_it():
-    data = json.loads(dispatch.WINS_FILE.read_text())
-    assert data["format"] == dispatch.GPU_CHECK_FORMAT
+    data = json.loads(fc_wins.WINS_FILE.read_text())
+    assert data["format"] == fc_wins.GPU_CHECK_FORMAT
     assert data["dry_run"] is False and data["passed"] is True and data["failures"] == []
     assert data["device"]["capability"][0] >= 9 and data["graph"]["captured"] is True
     assert data["timing"]["skipped"] == [] and data["timing"]["errors"] == []
-    wins = dispatch.load_measured_wins(dispatch.WINS_FILE)
+    wins = fc_wins.load_measured_wins(fc_wins.WINS_FILE)
     assert wins == {(w["norm"], w["T"], w["H"], w["K"]) for w in data["wins"]}
-    assert dispatch.MEASURED_WINS == wins  # read from that file at import
+    assert fc_wins.MEASURED_WINS == wins  # read from that file at import
     # every timing row the run marked faster is a win, and no other (one rule, row_is_win)
     faster = {(r["norm"], r["T"], r["H"], r["K"]) for r in data["timing"]["rows"]
-              if dispatch.row_is_win(r)}  # fmt: skip
+              if fc_wins.row_is_win(r)}  # fmt: skip
     assert faster == wins
 
 
 def test_wins_file_is_package_data_and_names_agree():
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     patterns = setuptools["package-data"]["sglang_eagle3.ops"]
-    assert any(fnmatch.fnmatch(dispatch.WINS_FILE.name, p) for p in patterns)
-    assert dispatch.NORM_NAMES == NORMS  # the dispatch cannot import the op (it imports it)
+    assert any(fnmatch.fnmatch(fc_wins.WINS_FILE.name, p) for p in patterns)
+    assert fc_wins.NORM_NAMES == NORMS  # the wins reader cannot import the op (it imports it)
 
 
 @pytest.mark.slow  # a subprocess importing torch: seconds

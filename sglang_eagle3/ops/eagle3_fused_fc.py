@@ -30,25 +30,24 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from sglang_eagle3.ops.eagle3_fused_fc_dispatch import (
-    NORM_NAMES,
-    PATHS,
+from sglang_eagle3.ops.eagle3_fused_fc_configs import (
     FusedFcConfig,
     GemvConfig,
     NormCatConfig,
-    choose_path,
-    fused_path,
     interpreting,
+)
+from sglang_eagle3.ops.eagle3_fused_fc_dispatch import choose_path, fused_path, use_fused
+from sglang_eagle3.ops.eagle3_fused_fc_launch import (
     launch_eagle3_fused_fc,
     launch_eagle3_fused_fc_gemv,
     launch_eagle3_fused_fc_normcat,
-    use_fused,
 )
+from sglang_eagle3.ops.eagle3_fused_fc_wins import NORM_NAMES, PATHS
 from sglang_eagle3.ops.rms_norm import rms_norm
 
 Norm = Literal["none", "before_fc", "per_tap", "both"]
 FcPath = Literal["gemv", "normcat", "tiled"]
-NORMS = NORM_NAMES  # the dispatch reads the wins file with them, so they live there
+NORMS = NORM_NAMES  # the wins file is read with them, so they live with its reader
 # The kernels take separate taps as up to 4 pointers (x0..x3); more taps go packed.
 MAX_POINTER_TAPS = 4
 KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)

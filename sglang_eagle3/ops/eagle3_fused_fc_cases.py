@@ -21,7 +21,7 @@ import traceback
 
 import torch
 
-from sglang_eagle3.ops import eagle3_fused_fc_dispatch as dispatch
+from sglang_eagle3.ops import eagle3_fused_fc_configs as fc_configs
 from sglang_eagle3.ops.eagle3_fused_fc import NORMS, eagle3_fused_fc, eagle3_fused_fc_reference
 
 TOL = {"bf16": (2e-2, 4e-2), "fp16": (2e-2, 4e-2), "fp32": (1e-5, 1e-5)}  # (no norm, with norm)
@@ -147,10 +147,10 @@ def case_config(case: dict):
         if case.get("split") is None:
             return None
         tiles = (case["bm"], case["bn"], case["bk"], case["split"])
-        return dispatch.FusedFcConfig(*tiles, prescale=case["prescale"])
+        return fc_configs.FusedFcConfig(*tiles, prescale=case["prescale"])
     if case.get("config") is None:
         return None
-    kind = {"gemv": dispatch.GemvConfig, "normcat": dispatch.NormCatConfig}[path]
+    kind = {"gemv": fc_configs.GemvConfig, "normcat": fc_configs.NormCatConfig}[path]
     return kind(**case["config"])
 
 
@@ -222,7 +222,7 @@ def main() -> int:
     """Cases (a JSON list) on stdin -> one JSON ``check`` record per line, on CUDA if there is
     one, else on CPU (which needs TRITON_INTERPRET=1 from the start)."""
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if dev.type == "cpu" and not dispatch.interpreting():
+    if dev.type == "cpu" and not fc_configs.interpreting():
         print("on CPU the kernels need TRITON_INTERPRET=1 set before start", file=sys.stderr)
         return 2
     torch.set_grad_enabled(False)

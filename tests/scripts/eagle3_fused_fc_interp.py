@@ -15,7 +15,7 @@ import torch
 assert os.environ.get("TRITON_INTERPRET") == "1", "set TRITON_INTERPRET=1 before starting"
 
 from sglang_eagle3.ops.eagle3_fused_fc import eagle3_fused_fc, eagle3_fused_fc_reference  # noqa: E402
-from sglang_eagle3.ops.eagle3_fused_fc_dispatch import FusedFcConfig  # noqa: E402
+from sglang_eagle3.ops.eagle3_fused_fc_configs import FusedFcConfig  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
