@@ -44,9 +44,9 @@ def test_the_mix_is_a_share_of_tokens_and_a_trace_weighs_its_phases(tmp_path):
 
 def test_the_whole_mix_is_its_tokens_over_its_time_and_the_report_says_where_it_loses():
     phases = [Phase(1, 0.5), Phase(8, 0.5)]
-    fast_alone = {1: 100.0, 8: 10.0}  # tok/s per request
-    plain = {1: 60.0, 8: 14.0}
-    # half the tokens at 100 tok/s, half at 80 (8 x 10): 1 / (0.5/100 + 0.5/80)
+    fast_alone = {1: 100.0, 8: 80.0}  # tok/s of all requests
+    plain = {1: 60.0, 8: 112.0}
+    # half the tokens at 100 tok/s, half at 80: 1 / (0.5/100 + 0.5/80)
     assert whole(phases, fast_alone) == pytest.approx(1 / (0.5 / 100 + 0.5 / 80))
     got = recommend(phases, {"plain": plain, "s3k1n4": fast_alone})
     assert got["recommended"] == "s3k1n4" and got["per_concurrency_best"] == {
@@ -83,15 +83,21 @@ def test_a_saved_result_predicts_another_mix_and_refuses_another_drafter(tmp_pat
             "--speculative-draft-model-path", str(d.draft_dir), "--steps", "1-4",
             "--topk", "1-2"]  # fmt: skip
     good = _saved(tmp_path, d.target_dir, d.draft_dir)
-    assert main([*args, "--tune-result", good, "--concurrency", "1,64", "--weights",
-                 "0.5,0.5", "--json"]) == 0  # fmt: skip
+    mix_args = ["--tune-result", good, "--concurrency", "1,64", "--weights", "0.5,0.5", "--json"]
+    assert main([*args, *mix_args, "--max-running-requests", "64"]) == 0
     result = json.loads(capsys.readouterr().out)
     mix = result["mix"]
     assert set(mix["whole_tok_s"]) == {"plain", "adaptive", "s1k1n2", "s2k1n3", "s3k1n4",
                                        "s4k1n5", "s2k2n5"}  # fmt: skip
     assert mix["per_concurrency_best"]["64"] == "plain"  # many requests: no draft pays here
     assert mix["adaptive_steps"]["64"] == {"0": 1.0}  # the [0] slot never drafts
-    assert result["adaptive_config"]["64"]["candidate_steps"] == [0]
+    assert mix["running_cap"] == 64
+    # --cpu alone: SGLang runs 8 requests at most (the launcher's CPU default), 56 queue
+    assert main([*args, *mix_args]) == 0
+    capped = json.loads(capsys.readouterr().out)
+    assert capped["mix"]["running_cap"] == 8 and "64" not in capped["per_concurrency"]
+    assert capped["mix"]["per_concurrency_tok_s"]["plain"]["64"] < mix["per_concurrency_tok_s"][
+        "plain"]["64"]  # fmt: skip
     assert mix["recommended"] == max(mix["whole_tok_s"], key=mix["whole_tok_s"].get)
     assert result["from_tune_result"] == good and not (tmp_path / "tune-logs").exists()
     for change, what in (({"draft_weights_sha256": "0" * 64}, "another drafter"),

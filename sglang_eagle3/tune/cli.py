@@ -182,7 +182,8 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
 
     if args.tune_result is not None:
         saved = load(args.tune_result, plan.target.path, plan.draft_src)
-        return _finish(saved, concurrency, phases, saved=args.tune_result)
+        return _finish(saved, concurrency, phases, _serving(args, sglang, largs, phases),
+                       saved=args.tune_result)  # fmt: skip
     settings = grid(steps, topks, args.max_draft_tokens, sglang, arch)
     explained = [explained_setting(e, sglang, arch) for e in args.explain]
     timed = _measured_settings(settings)
@@ -207,7 +208,10 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     model_path = plan.target.path
     launch_args = list(rest)
     # more points than asked for: a cycle's cost against batch size needs a few of them
-    fitted = sorted(set(concurrency) | {c for c in (1, 2, 4) if c <= max(concurrency)})
+    # no more than the server runs at once: more concurrent requests only queue
+    cap = _serving(args, sglang, largs, phases)[0]
+    asked = {c if cap is None else min(c, cap) for c in concurrency}
+    fitted = sorted(asked | {c for c in (1, 2, 4) if c <= max(asked)})
     paired = args.paired if args.paired is not None else largs.cpu
     zero = args.log_dir / "steps0-adaptive.json" if args.steps0 else None
     if zero is not None:
@@ -260,16 +264,31 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
         "lossless": {name: got == plain for name, got in outputs.items()},
         "plain_outputs": plain,
     }
-    return _finish(base, concurrency, phases)
+    return _finish(base, concurrency, phases, _serving(args, sglang, largs, phases))
 
 
-def _finish(base: dict, concurrency, phases, saved: Path | None = None) -> dict:
-    """The predictions for this mix from a measured (or saved) model and profile."""
+def _serving(args, sglang: list[str], largs, phases) -> tuple[int | None, float]:
+    """(the running-batch cap the servers get, a request's mean generated tokens)."""
+    from sglang_eagle3.launch.argv import argv_int
+    from sglang_eagle3.launch.server_process import with_cpu_defaults
+
+    flags = with_cpu_defaults(sglang) if largs.cpu else sglang
+    cap = argv_int(flags, "--max-running-requests")
+    lengths = [p.max_new_tokens for p in phases if p.max_new_tokens]
+    tokens = sum(lengths) / len(lengths) if lengths else float(args.max_new_tokens)
+    return cap, tokens
+
+
+def _finish(base: dict, concurrency, phases, serving, saved: Path | None = None) -> dict:
+    """The predictions for this mix from a measured (or saved) model and profile; the batch
+    never exceeds the running cap, so the per-concurrency figures are at min(c, cap)."""
     from sglang_eagle3.tune.predict_mix import mix_result
     from sglang_eagle3.tune.report import build_result
     from sglang_eagle3.tune.saved import measured_of, model_of, profile_of
 
+    cap, tokens = serving
     model, profile = model_of(base), profile_of(base)
+    concurrency = sorted({c if cap is None else min(c, cap) for c in concurrency})
     settings = [s for s, p in zip(profile, base["profile"], strict=True) if not p["explained"]]
     explained = [s for s, p in zip(profile, base["profile"], strict=True) if p["explained"]]
     result = build_result(
@@ -278,7 +297,8 @@ def _finish(base: dict, concurrency, phases, saved: Path | None = None) -> dict:
     )  # fmt: skip
     keep = {k: v for k, v in base.items() if k not in result}
     result = {**keep, **result}
-    result["mix"] = mix_result(model, profile, settings, result["adaptive_config"], phases)
+    result["mix"] = mix_result(model, profile, settings, result["adaptive_config"], phases,
+                               cap, tokens)  # fmt: skip
     if saved is not None:
         result["from_tune_result"] = str(saved)
     return result

@@ -3,9 +3,10 @@ that serves the whole mix fastest, with the reasons (pure).
 
 A mix is a share of the generated tokens per concurrency: ``--concurrency 1,8,32 --weights
 0.5,0.3,0.2``, or a trace file of phases (``{"phases": [{"concurrency": 1, "requests": 16,
-"max_new_tokens": 64}, ...]}``, each phase weighted by its tokens). At concurrency c a
-deployment serving v tokens a second per request serves c * v in all, so the mix takes
-``sum(w_c / (c * v_c))`` seconds a token: whole-mix tok/s is its inverse.
+"max_new_tokens": 64}, ...]}``, each phase weighted by its tokens). A deployment serving
+``a_c`` tokens a second in all at concurrency c (tune/predict_mix.py: the running batch is capped
+at --max-running-requests, and each arrival's prefill stalls the batch) takes
+``sum(w_c / a_c)`` seconds a token over the mix: whole-mix tok/s is its inverse.
 """
 
 from __future__ import annotations
@@ -73,9 +74,9 @@ def read_trace(path: Path, default_tokens: int, *, top: int) -> list[Phase]:
     return [Phase(p.concurrency, p.weight / total, p.requests, p.max_new_tokens) for p in out]
 
 
-def whole(phases: list[Phase], speeds: dict[int, float]) -> float:
-    """Whole-mix tok/s of a deployment serving ``speeds[c]`` tok/s per request at c."""
-    return 1 / sum(p.weight / (p.concurrency * speeds[p.concurrency]) for p in phases)
+def whole(phases: list[Phase], served: dict[int, float]) -> float:
+    """Whole-mix tok/s of a deployment serving ``served[c]`` tok/s in all at c."""
+    return 1 / sum(p.weight / served[p.concurrency] for p in phases)
 
 
 def recommend(phases: list[Phase], candidates: dict[str, dict[int, float]]) -> dict:
@@ -89,9 +90,9 @@ def recommend(phases: list[Phase], candidates: dict[str, dict[int, float]]) -> d
            + ", ".join(f"{n} {totals[n]:.1f}" for n in ranked[1:4])]  # fmt: skip
     for c in cs:
         mine, top = candidates[best][c], candidates[per_c[c]][c]
-        line = f"at {c}: {mine * c:.1f} tok/s, {mine / top:.2f}x the fastest here ({per_c[c]})"
+        line = f"at {c}: {mine:.1f} tok/s, {mine / top:.2f}x the fastest here ({per_c[c]})"
         if PLAIN in candidates and best != PLAIN and mine < candidates[PLAIN][c]:
-            line += f"; BELOW plain ({candidates[PLAIN][c] * c:.1f} tok/s) at this concurrency"
+            line += f"; BELOW plain ({candidates[PLAIN][c]:.1f} tok/s) at this concurrency"
         why.append(line)
     return {"recommended": best, "whole_tok_s": {n: round(v, 2) for n, v in totals.items()},
             "per_concurrency_best": {str(c): n for c, n in per_c.items()}, "why": why,

@@ -1,6 +1,14 @@
 """Every deployment the tuner can recommend, predicted at each concurrency of the mix: plain
 decoding, each static setting of the grid (trees included) and the tuner's adaptive config as
-SGLang's own rule will serve it (tune/adaptive_sim.py)."""
+SGLang's own rule will serve it (tune/adaptive_sim.py).
+
+Served tok/s in all at concurrency c, requests of L tokens in a closed loop: the running batch
+is b = min(c, --max-running-requests) (the rest queue), its requests decode at v_b tokens a
+second each, and every arrival's prefill runs as its own forward while the batch waits (SGLang
+does not mix prefill into decode here). So L tokens cost ``L / (b * v_b) + t_pf``: t_pf is a
+batch-1 step, plain(1) without a draft, steps0(1) with one (the prefill and the drafter's
+extend). The first bench_live run showed both: its c=64 phase ran batches of 8 (the CPU
+default), and at c=8 the arrivals' prefills took a third of a speculative server's time."""
 
 from __future__ import annotations
 
@@ -34,20 +42,37 @@ def adaptive_speeds(model: CostModel, drafts: dict[int, float], config: dict, cs
     return out
 
 
-def mix_result(model: CostModel, profile: dict[Setting, float], settings: list[Setting],
-               config: dict, phases: list[Phase]) -> dict:  # fmt: skip
+def served(model: CostModel, speed, c: int, cap: int | None, tokens: float,
+           speculative: bool) -> float:  # fmt: skip
+    """Tok/s in all at concurrency ``c``; ``speed(b)``: tok/s per request at batch size b."""
+    b = c if cap is None else min(c, cap)
+    t_pf = model.steps0(1) if speculative else model.plain(1)
+    return tokens / (tokens / (b * speed(b)) + t_pf)
+
+
+def mix_result(
+    model: CostModel, profile: dict[Setting, float], settings: list[Setting], config: dict,
+    phases: list[Phase], cap: int | None, tokens: float,
+) -> dict:  # fmt: skip
+    """``cap``: --max-running-requests (None: unknown, no cap); ``tokens``: a request's mean."""
     cs = sorted({p.concurrency for p in phases})
-    candidates = {PLAIN: {c: 1 / model.plain(c) for c in cs}}
+    runs = sorted({c if cap is None else min(c, cap) for c in cs})
+    candidates = {PLAIN: {c: served(model, lambda b: 1 / model.plain(b), c, cap, tokens, False)
+                          for c in cs}}  # fmt: skip
     labels = {PLAIN: "no speculation"}
     for s in settings:
-        candidates[s.name] = {c: profile[s] / model.cycle(s.steps, s.topk, s.draft_tokens, c)
-                              for c in cs}  # fmt: skip
+
+        def v(b, s=s):
+            return profile[s] / model.cycle(s.steps, s.topk, s.draft_tokens, b)
+
+        candidates[s.name] = {c: served(model, v, c, cap, tokens, True) for c in cs}
         labels[s.name] = " ".join(s.flags)
     steps = {}
     if config:
-        ran = adaptive_speeds(model, chain_drafts(profile), config, cs)
-        candidates[ADAPTIVE] = {c: v for c, (v, _) in ran.items()}
-        steps = {str(c): shares for c, (_, shares) in ran.items()}
+        ran = adaptive_speeds(model, chain_drafts(profile), config, runs)
+        candidates[ADAPTIVE] = {c: served(model, lambda b: ran[b][0], c, cap, tokens, True)
+                                for c in cs}  # fmt: skip
+        steps = {str(c): ran[c if cap is None else min(c, cap)][1] for c in cs}
         flags = adaptive_flags(config)
         labels[ADAPTIVE] = (f"{flags} --speculative-adaptive-config FILE" if flags else
                             "the adaptive config (it never drafts)")  # fmt: skip
@@ -55,6 +80,7 @@ def mix_result(model: CostModel, profile: dict[Setting, float], settings: list[S
     out["flags"] = labels[out["recommended"]]
     out["adaptive_steps"] = steps  # per concurrency: the share of batches at each step
     out["per_concurrency_tok_s"] = {
-        n: {str(c): round(v * c, 2) for c, v in speeds.items()} for n, speeds in candidates.items()
+        n: {str(c): round(v, 2) for c, v in speeds.items()} for n, speeds in candidates.items()
     }
+    out["running_cap"], out["tokens_per_request"] = cap, tokens
     return out

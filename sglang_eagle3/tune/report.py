@@ -150,6 +150,9 @@ def render(result: dict) -> str:
         lines.append("")
         shares = ", ".join(f"{p['concurrency']}: {p['weight']:.0%}" for p in mix["phases"])
         lines.append(f"== the mix (share of tokens at each concurrency: {shares})")
+        if mix.get("running_cap"):
+            lines.append(f"   batches run at most {mix['running_cap']} requests "
+                         "(--max-running-requests): more concurrent requests queue")  # fmt: skip
         lines.append(f"   recommended: {mix['recommended']}: {mix['flags']}")
         lines += [f"   {w}" for w in mix["why"]]
         for c, shares in mix.get("adaptive_steps", {}).items():

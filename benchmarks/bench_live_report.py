@@ -1,0 +1,127 @@
+"""bench_live's figures from one run's record: per-phase and whole-trace tok/s (paired against
+plain), the tuner's predictions, the steps each adaptive server ran, and the issue's goals."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from pathlib import Path
+
+
+def measured(record: dict) -> dict:
+    """{server: {"phases": [tok/s per phase], "whole": tok/s}}, plain included."""
+    runs, n = record["runs"], len(record["trace"])
+    level = [statistics.median(q for r in runs for _, q in r["phases"][k]["pairs"])
+             for k in range(n)]  # fmt: skip
+    tokens = [ph["requests"] for ph in record["trace"]]  # equal mix of lengths in each
+    share = [t / sum(tokens) for t in tokens]
+    out = {"plain": level}
+    for r in runs:
+        out[r["name"]] = [statistics.median(p / q for p, q in r["phases"][k]["pairs"]) * level[k]
+                          for k in range(n)]  # fmt: skip
+    return {name: {"phases": v, "whole": 1 / sum(w / x for w, x in zip(share, v, strict=True))}
+            for name, v in out.items()}  # fmt: skip
+
+
+def _settled(steps: dict) -> int | None:
+    ran: Counter = Counter()
+    for key, count in steps.items():
+        ran[int(key.split(":")[1])] += count
+    return ran.most_common(1)[0][0] if ran else None
+
+
+def goals(record: dict) -> dict:
+    m, pred = measured(record), record["predicted"]
+    mix = record["tune"]["mix"]
+    rec = mix["recommended"]
+    best = max(m, key=lambda n: m[n]["whole"])
+    phases = record["trace"]
+    out = {"recommended": rec, "best": best,
+           "rec_vs_best": m[rec]["whole"] / m[best]["whole"] if rec in m else None}  # fmt: skip
+    if "adaptive" in m and "adaptive-default" in m:
+        out["tuned_vs_default_adaptive"] = m["adaptive"]["whole"] / m["adaptive-default"]["whole"]
+    per_phase = []
+    for k, ph in enumerate(phases):
+        top = max(m, key=lambda n: m[n]["phases"][k])
+        row = {"phase": k, "concurrency": ph["concurrency"], "best": top,
+               "rec_vs_best": m[rec]["phases"][k] / m[top]["phases"][k] if rec in m else None,
+               "rec_below_plain": rec in m and m[rec]["phases"][k] < m["plain"]["phases"][k],
+               "predicted_below_plain": any(w.startswith(f"at {ph['concurrency']}:") and
+                                            "BELOW plain" in w for w in mix["why"])}  # fmt: skip
+        per_phase.append(row)
+    out["per_phase"] = per_phase
+    errors = {n: m[n]["whole"] / pred[n]["whole"] - 1 for n in m if n in pred}
+    out["whole_error"] = errors
+    out["within_15pct"] = all(abs(e) <= 0.15 for e in errors.values())
+    out["lossless"] = all(r["lossless"] for r in record["runs"])
+    settles = {}
+    for r in record["runs"]:
+        if r["name"] != "adaptive":
+            continue
+        for k, ph in enumerate(r["phases"]):
+            want = mix["adaptive_steps"].get(str(ph["concurrency"]), {})
+            settles[k] = {"ran": ph["steps"], "settled": _settled(ph["steps"]),
+                          "predicted": int(max(want, key=want.get)) if want else None}  # fmt: skip
+    out["adaptive_settles"] = settles
+    return out
+
+
+def markdown(record: dict) -> str:
+    m, pred, g = measured(record), record["predicted"], record["summary"]
+    heads = [f"phase {k}: c={ph['concurrency']}" for k, ph in enumerate(record["trace"])]
+    lines = ["| server | " + " | ".join(heads) + " | whole trace | / best | lossless |",
+             "|---|" + "---|" * (len(heads) + 3)]  # fmt: skip
+    best = m[g["best"]]["whole"]
+    lossless = {r["name"]: r["lossless"] for r in record["runs"]}
+    for name in sorted(m, key=lambda n: -m[n]["whole"]):
+        p = pred.get(name)
+        cells = [f"{v:.0f} ({p['per_c'][ph['concurrency']]:.0f})" if p else f"{v:.0f}"
+                 for v, ph in zip(m[name]["phases"], record["trace"], strict=True)]  # fmt: skip
+        whole = f"{m[name]['whole']:.0f} ({p['whole']:.0f})" if p else f"{m[name]['whole']:.0f}"
+        mark = " (recommended)" if name == g["recommended"] else ""
+        ratio, same = m[name]["whole"] / best, lossless.get(name, "reference")
+        lines.append(f"| {name}{mark} | " + " | ".join(cells) + f" | {whole} | {ratio:.3f} | "
+                     f"{same} |")  # fmt: skip
+    lines += ["", "tok/s of all requests, measured (predicted by the tuner)."]
+    if "tuned_vs_default_adaptive" in g:
+        lines.append(f"Tuned adaptive / SGLang default adaptive, whole trace: "
+                     f"{g['tuned_vs_default_adaptive']:.3f}.")  # fmt: skip
+    if g["rec_vs_best"] is not None:
+        lines.append(f"The recommendation ({g['recommended']}) / the best server ({g['best']}): "
+                     f"{g['rec_vs_best']:.3f}; per phase: " + ", ".join(
+                         f"{r['rec_vs_best']:.3f}" for r in g["per_phase"]) + ".")  # fmt: skip
+    lines.append("Whole-trace prediction error: " + ", ".join(
+        f"{n} {e:+.1%}" for n, e in sorted(g["whole_error"].items())) + ".")  # fmt: skip
+    for k, s in g["adaptive_settles"].items():
+        lines.append(f"Tuned adaptive, phase {k}: ran (batch size:steps = batches) {s['ran']}; "
+                     f"settled {s['settled']}, predicted {s['predicted']}.")  # fmt: skip
+    for r in record["runs"]:
+        if r["name"] == "adaptive-default":
+            lines.append("SGLang default adaptive, steps run per phase: " + "; ".join(
+                str(ph["steps"]) for ph in r["phases"]) + ".")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def plot(record: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    m, pred = measured(record), record["predicted"]
+    names = sorted(m, key=lambda n: -m[n]["whole"])
+    fig, axes = plt.subplots(1, len(record["trace"]), figsize=(3 * len(record["trace"]), 4),
+                             sharey=False)  # fmt: skip
+    for k, (ax, ph) in enumerate(zip(axes, record["trace"], strict=True)):
+        xs = range(len(names))
+        ax.bar(xs, [m[n]["phases"][k] for n in names], color="tab:blue", label="measured")
+        want = [pred[n]["per_c"][ph["concurrency"]] if n in pred else float("nan") for n in names]
+        ax.scatter(xs, want, color="k", marker="_", s=200, label="predicted")
+        ax.set_xticks(list(xs), names, rotation=70, fontsize=7)
+        ax.set_title(f"phase {k}: concurrency {ph['concurrency']}", fontsize=9)
+    axes[0].set_ylabel("tok/s (all requests)")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("bench_live: tiny models, 2 CPU cores, paired against plain", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
