@@ -8,9 +8,14 @@ pytestmark = [pytest.mark.sglang, pytest.mark.slow, pytest.mark.timeout(2400)]  
 # The demo runs once (conftest_servers.demo_run) for this test and the scale-out tests.
 
 
-def test_demo_orders_accept_lengths_and_stays_lossless(demo_run):
+def test_demo_orders_accept_lengths_and_stays_lossless(demo_run, figures):
     result, stdout = demo_run["result"], demo_run["stdout"]
     rows = {r["name"]: r for r in result["rows"]}
+    # it serves the tuner's pick at concurrency 1 (the tune result shipped with the models)
+    assert result["speculative_source"].startswith("the tuner's pick at concurrency 1")
+    for name in ("stock-wiring", "declared-layout", "declared-layout-mla"):
+        figures.record(f"demo: {name} speedup over plain, paired (a figure, not a test)",
+                       rows[name]["speedup"], ".2f")  # fmt: skip
     assert list(rows) == ["plain", "stock-wiring", "declared-layout", "declared-layout-mla"]
     assert all(r["lossless"] for r in rows.values()), "speculative output must equal plain"
     assert rows["plain"]["accept_length"] is None

@@ -39,7 +39,6 @@ HF_INDICES = (0, 3, 6)
 EP_LAYOUT, EP_HF_INDICES = "embed,layer:0,layer:5", (0, 1, 6)
 # different lengths, so DP attention gives the two ranks batches of different shapes
 PROMPT_IDS = [[0, *range(17, 17 + 5 * k, 5)] for k in (2, 7, 3, 12, 5, 9)]
-SPEC = spec_flags(3, 2, 6)  # the demo's tree
 
 
 def _plan_lines(log: str, arch: str) -> list[tuple[int, str]]:
@@ -155,11 +154,12 @@ def _capture_files(srv, target, loader, name, tmp_path, figures) -> None:
     assert worst < 1e-4, worst
 
 
-def _serve_eagle3(factory, drafter, extra, name, env, tmp, spawn=True):
+def _serve_eagle3(factory, tp1, extra, name, env, tmp, spawn=True):
+    drafter = tp1["drafter"]
     return factory(
         drafter.target_dir,
-        ["--cpu", *FP32, *SPEC, *extra, "--speculative-draft-model-path", str(drafter.draft_dir),
-         "--draft-cache-dir", str(tmp / "drafts")],
+        ["--cpu", *FP32, *tp1["spec"], *extra, "--speculative-draft-model-path",
+         str(drafter.draft_dir), "--draft-cache-dir", str(tmp / "drafts")],
         name=name, cpu=False, module="sglang_eagle3.launch", env=env, spawn=spawn,
     )  # fmt: skip
 
@@ -212,12 +212,13 @@ def tp1(demo_run):
 
     result = demo_run["result"]
     rows = {r["name"]: r for r in result["rows"]}
-    assert result["speculative"] == {"num_steps": 3, "eagle_topk": 2, "num_draft_tokens": 6}
+    sp = result["speculative"]  # the tuner's pick at concurrency 1 (testing/demo.py)
     assert rows["declared-layout"]["output_ids"] == rows["plain"]["output_ids"]
     return {
         "drafter": tiny_drafter(), "prompt_ids": result["prompt_ids"],
         "max_new": result["max_new_tokens"], "want": rows["plain"]["output_ids"],
         "accept": rows["declared-layout"]["accept_length"],
+        "spec": spec_flags(sp["num_steps"], sp["eagle_topk"], sp["num_draft_tokens"]),
     }  # fmt: skip
 
 
@@ -225,7 +226,7 @@ def tp1(demo_run):
 def test_eagle3_with_two_ranks_is_lossless(server_factory, tp1, mode, tmp_path, figures):
     # TP=2 spawns its ranks (each loads the plugin itself, as in production); the other modes
     # fork them from the launcher (tests/README.md: half the start time)
-    srv = _serve_eagle3(server_factory, tp1["drafter"], MODES[mode], f"eagle3-{mode}",
+    srv = _serve_eagle3(server_factory, tp1, MODES[mode], f"eagle3-{mode}",
                         RANKS, tmp_path, spawn=mode == "tp2")  # fmt: skip
     _assert_every_rank_applied_one_plan(srv.log())
     _assert_lossless(mode, tp1, *_run(srv, tp1["prompt_ids"], tp1["max_new"]), figures)

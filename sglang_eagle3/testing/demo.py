@@ -1,8 +1,8 @@
 """`python -m sglang_eagle3.demo`: the seed's bug and its fix, at toy scale, on this CPU.
 
 Builds (or reuses) the tiny DeepSeek-V3 target and a drafter trained with speculators' own
-model code on taps embed, layer:2, layer:5; then serves three ways, one after the other,
-and measures each with the same greedy prompts:
+model code on taps embed, layer:2, layer:5; then serves them, each speculative server timed
+request by request against a plain server alive beside it, with the same greedy prompts:
   plain            no speculation (the baseline)
   stock-wiring     EAGLE-3 as stock SGLang 0.5.23 wires this drafter: it ignores the
                    speculators top-level ids and captures its default taps
@@ -10,7 +10,9 @@ and measures each with the same greedy prompts:
   declared-layout-mla  the same, with a tiny MLA drafter (Eagle3DeepseekV2ForCausalLM, as
                    TorchSpec trains for Kimi-K2.x), trained through the doctor's reference
                    forward on the same taps (--no-mla-row leaves it out)
-The EAGLE-3 servers draft 3 steps, topk 2, 6 draft tokens (a small tree; --topk 1 for a chain).
+The EAGLE-3 servers draft as the tuner picks at concurrency 1 for these models (the tune result
+shipped in testing/tiny/tune_result.json, made by benchmarks/bench_live.py on 2 cores; checked
+to be these models'); --steps/--topk/--draft-tokens override it.
 The doctor's prediction replays the plain server's greedy outputs, drafted the same way,
 for each drafter.
 """
@@ -41,6 +43,7 @@ def spec_flags(steps: int, topk: int, draft_tokens: int) -> list[str]:
 SERVER_ENV = {"OMP_NUM_THREADS": "1"}
 WARMUP = ("import collections\n\n\ndef main():\n", "class Config:\n    def __init__(self):")
 STOCK_ONLY = {env_names.PLUGINS: "sglang_eagle3_cpu_harness"}  # the CPU harness, not our plugin
+TUNE_RESULT = Path(__file__).resolve().parent / "tiny" / "tune_result.json"
 
 
 # Per server in --json; output_ids let a caller compare other servers with these (the tests'
@@ -75,32 +78,76 @@ def stock_flat_copy(draft_dir: Path, target_dir: Path, out: Path) -> Path:
     return out
 
 
-def measure(name, target, extra, log_dir, texts, max_new, *, module, env=None) -> dict:
+def start(name, target, extra, log_dir, *, module, env=None):
+    """A started, warmed-up server (first requests compile SGLang's torch.compile'd ops)."""
     env = {**SERVER_ENV, **(env or {})}
     srv = sglang_server(target, extra, log_dir / f"{name}.log", module=module, env=env)
     srv.start()
     try:
         srv.wait_ready(timeout=600)
-        params = {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True}
-        for text in WARMUP:  # first requests compile SGLang's torch.compile'd ops: not timed
+        params = {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}
+        for text in WARMUP:
             srv.post("/generate", {"text": text, "sampling_params": params})
-        t0, outs = time.perf_counter(), []
+    except BaseException:
+        srv.stop()
+        raise
+    return srv
+
+
+def _timed(srv, ids: list[int], max_new: int) -> tuple[dict, float]:
+    params = {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True}
+    t0 = time.perf_counter()
+    out = srv.post("/generate", {"input_ids": ids, "sampling_params": params})
+    return out, time.perf_counter() - t0
+
+
+def measure(name, target, extra, log_dir, texts, max_new, *, module, plain, env=None) -> dict:
+    """The server ``name`` against ``plain`` (a started server alive beside it), request by
+    request, plain first every other request: the machine's drift hits both alike. Its
+    speedup is plain's time over its own on the same requests. ``name`` "plain": ``plain``
+    itself, alone."""
+    paired = name != "plain"
+    srv = start(name, target, extra, log_dir, module=module, env=env) if paired else plain
+    try:
+        outs, mine, ref = [], 0.0, 0.0
         for i, ids in enumerate(texts):  # token ids: the doctor replays exactly these
-            outs.append(srv.post("/generate", {"input_ids": ids, "sampling_params": params}))
+            plain_first = paired and i % 2 == 1
+            if plain_first:
+                ref += _timed(plain, ids, max_new)[1]
+            out, t = _timed(srv, ids, max_new)
+            outs.append(out)
+            mine += t
+            if paired and not plain_first:
+                ref += _timed(plain, ids, max_new)[1]
             print(f"\r  {name}: {i + 1}/{len(texts)} requests", end="", file=sys.stderr)
-        wall = time.perf_counter() - t0
         print(file=sys.stderr)
     finally:
-        srv.stop()
+        if paired:
+            srv.stop()
     stats = spec_stats(o["meta_info"] for o in outs)
     return {
         "name": name,
-        "tok_s": stats.completion_tokens / wall,
-        "wall_s": wall,
+        "tok_s": stats.completion_tokens / mine,
+        "wall_s": mine,
+        "speedup": ref / mine if paired else 1.0,
         "accept_length": stats.accept_length,
         "stats": stats.to_json(),
         "output_ids": [o["output_ids"] for o in outs],
     }
+
+
+def tuner_pick(concurrency: int = 1) -> tuple[tuple[int, int, int], str]:
+    """The tuner's fastest setting at ``concurrency`` for the tiny target and drafter, from the
+    tune result shipped beside them (made by benchmarks/bench_live.py's tuner run on 2 cores),
+    checked to be theirs; and where it comes from."""
+    from sglang_eagle3.testing.tiny.drafter import tiny_drafter
+    from sglang_eagle3.tune.saved import load
+
+    d = tiny_drafter()
+    result = load(TUNE_RESULT, d.target_dir, d.draft_dir)
+    best = result["per_concurrency"][str(concurrency)]["best"]
+    spec = (best["steps"], best["topk"], best["draft_tokens"])
+    return spec, f"the tuner's pick at concurrency {concurrency} ({TUNE_RESULT.name})"
 
 
 def doctor_prediction(draft: Path, target: Path, spec: tuple[int, int, int], data: Path) -> dict:
@@ -136,69 +183,49 @@ def run(
     max_new: int,
     work: Path,
     norm_fix_off_row: bool = False,
-    spec: tuple[int, int, int] = (3, 2, 6),
+    spec: tuple[int, int, int] | None = None,
     mla_row: bool = True,
 ) -> dict:
     from sglang_eagle3.testing.tiny.drafter import tiny_drafter
 
     drafter = tiny_drafter()
+    spec, spec_source = (spec, "given") if spec is not None else tuner_pick(1)
     target = drafter.target_dir
     texts = tokenize(target, prompts(n_prompts))
     stock = stock_flat_copy(drafter.draft_dir, target, work / "stock-draft")
     cpu = ["--dtype", "float32"]
     flags = spec_flags(*spec)
-    rows = [
-        measure(
-            "plain", target, ["--cpu", *cpu], work, texts, max_new, module="sglang_eagle3.launch"
-        ),
-        measure(
-            "stock-wiring",
-            target,
-            [*cpu, *flags, "--speculative-draft-model-path", str(stock)],
-            work,
-            texts,
-            max_new,
-            module="sglang.launch_server",
-            env=STOCK_ONLY,
-        ),
-        measure(
-            "declared-layout",
-            target,
-            [
-                "--cpu",
-                *cpu,
-                *flags,
-                "--speculative-draft-model-path",
-                str(drafter.draft_dir),
-                "--draft-cache-dir",
-                str(work / "drafts"),
-            ],
-            work,
-            texts,
-            max_new,
-            module="sglang_eagle3.launch",
-        ),
-    ]
+    ours = "sglang_eagle3.launch"
+    # (name, SGLang flags, module, env): each timed against the plain server alive beside it
+    servers = [
+        ("stock-wiring", [*cpu, *flags, "--speculative-draft-model-path", str(stock)],
+         "sglang.launch_server", STOCK_ONLY),
+        ("declared-layout", ["--cpu", *cpu, *flags, "--speculative-draft-model-path",
+                             str(drafter.draft_dir), "--draft-cache-dir", str(work / "drafts")],
+         ours, None),
+    ]  # fmt: skip
     if norm_fix_off_row:  # the same wiring without the plugin's norm_before_residual fix
-        rows.append(
-            measure("declared-layout-no-norm-fix", target, ["--cpu", *cpu, *flags,
-                    "--speculative-draft-model-path", str(drafter.draft_dir), "--draft-cache-dir",
-                    str(work / "drafts")], work, texts, max_new, module="sglang_eagle3.launch",
-                    env={env_names.NORM_BEFORE_RESIDUAL: "0"})
-        )  # fmt: skip
+        servers.append(("declared-layout-no-norm-fix", ["--cpu", *cpu, *flags,
+                        "--speculative-draft-model-path", str(drafter.draft_dir),
+                        "--draft-cache-dir", str(work / "drafts")], ours,
+                        {env_names.NORM_BEFORE_RESIDUAL: "0"}))  # fmt: skip
     if mla_row:
         from sglang_eagle3.testing.tiny.mla_drafter import tiny_mla_drafter
 
         mla = tiny_mla_drafter()
-        rows.append(
-            measure("declared-layout-mla", target, ["--cpu", *cpu, *flags,
-                    "--speculative-draft-model-path", str(mla)], work, texts, max_new,
-                    module="sglang_eagle3.launch")
-        )  # fmt: skip
+        servers.append(("declared-layout-mla", ["--cpu", *cpu, *flags,
+                        "--speculative-draft-model-path", str(mla)], ours, None))  # fmt: skip
+    ref = start("plain", target, ["--cpu", *cpu], work, module=ours)
+    try:
+        rows = [measure("plain", target, [], work, texts, max_new, module=ours, plain=ref)]
+        for name, extra, module, env in servers:
+            rows.append(measure(name, target, extra, work, texts, max_new, module=module,
+                                plain=ref, env=env))  # fmt: skip
+    finally:
+        ref.stop()
     plain = rows[0]
     for row in rows:
         row["lossless"] = row["output_ids"] == plain["output_ids"]
-        row["speedup"] = row["tok_s"] / plain["tok_s"]
     from sglang_eagle3.testing.tiny.replay_data import write_replay_data
 
     data = write_replay_data(target, texts, plain["output_ids"], work / "replay-data")
@@ -215,11 +242,12 @@ def run(
         "speculative": dict(
             zip(("num_steps", "eagle_topk", "num_draft_tokens"), spec, strict=True)
         ),
+        "speculative_source": spec_source,
     }
 
 
 def table(result: dict) -> str:
-    header = ("server", "accept length", "tok/s", "speedup vs plain", "lossless")
+    header = ("server", "accept length", "tok/s", "speedup vs plain (paired)", "lossless")
     rows = [
         [r["name"], "-" if r["accept_length"] is None else f"{r['accept_length']:.2f}",
          f"{r['tok_s']:.1f}", f"{r['speedup']:.2f}x", "yes" if r["lossless"] else "NO"]
@@ -228,6 +256,8 @@ def table(result: dict) -> str:
     lines = [markdown_table(header, rows)]
     pred, sp = result["predicted_accept_length"], result["speculative"]
     shape = f"{sp['num_steps']} steps, topk {sp['eagle_topk']}, {sp['num_draft_tokens']} tokens"
+    lines.append(f"\nspeculative servers: {shape} ({result['speculative_source']}); each timed "
+                 "request by request against the plain server alive beside it")  # fmt: skip
     lines.append(
         "\ndoctor's predicted accept length (declared layout; replaying the plain server's "
         f"greedy outputs drafted as the servers do: {shape}): "
@@ -271,16 +301,23 @@ def main(argv: list[str] | None = None) -> int:
         default=True,
         help="serve the tiny MLA drafter too (Eagle3DeepseekV2ForCausalLM; default: yes)",
     )
-    p.add_argument("--steps", type=int, default=3, help="--speculative-num-steps (3)")
-    p.add_argument("--topk", type=int, default=2, help="--speculative-eagle-topk (2: a tree)")
+    p.add_argument("--steps", type=int, help="--speculative-num-steps (default: the tuner's "
+                   "pick at concurrency 1, from the tune result shipped with the tiny "
+                   "models)")  # fmt: skip
+    p.add_argument("--topk", type=int, help="--speculative-eagle-topk (with --steps; default 2)")
     p.add_argument(
         "--draft-tokens",
         type=int,
         help="--speculative-num-draft-tokens (default: steps + 1 for a chain, 2 x steps else)",
     )
     args = p.parse_args(argv)
-    default_tokens = args.steps + 1 if args.topk == 1 else 2 * args.steps
-    spec = (args.steps, args.topk, args.draft_tokens or default_tokens)
+    spec = None
+    if args.steps is not None:
+        topk = args.topk or 2
+        default_tokens = args.steps + 1 if topk == 1 else 2 * args.steps
+        spec = (args.steps, topk, args.draft_tokens or default_tokens)
+    elif args.topk is not None or args.draft_tokens is not None:
+        p.error("--topk and --draft-tokens go with --steps")
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sglang-eagle3-demo-") as work:
         result = run(
@@ -303,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             "doctor_chain_accept_length": result["doctor_chain_accept_length"],
             "mla_predicted_accept_length": result["mla_predicted_accept_length"],
             "speculative": result["speculative"],
+            "speculative_source": result["speculative_source"],
         }
         args.json.write_text(json.dumps(slim, indent=2))
     return 0 if all(r["lossless"] for r in result["rows"]) else 1
