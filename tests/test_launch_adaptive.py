@@ -287,3 +287,14 @@ def test_good_adaptive_launch_prints_the_resolved_steps(launch, configs, capsys,
     assert ADAPTIVE in command and (CONFIG in command) == (CONFIG in extra)
     rc, out, _ = launch([*extra, "--json"], capsys)
     assert rc == 0 and json.loads(out)["speculative"]["adaptive"]["candidate_steps"] == union
+
+
+def test_the_accept_length_watch_allows_the_deepest_candidate(launch, configs, capsys):
+    # adaptive mode may run any candidate: steps 2 start, 6 the deepest, so 5.5 can be reached;
+    # an all-[0] config never drafts, so nothing above 1 can
+    rc, out, err = launch([ADAPTIVE, CONFIG, configs["custom"], "--speculative-num-steps", "2",
+                           "--expected-accept-length", "5.5"], capsys)  # fmt: skip
+    assert rc == 0 and "accept-length watch: expected 5.50" in out, err
+    rc, out, err = launch([ADAPTIVE, CONFIG, configs["zero"], "--expected-accept-length", "1.5"],
+                          capsys)  # fmt: skip
+    assert rc == 2 and len(err.splitlines()) == 1 and "1.5" in err, err

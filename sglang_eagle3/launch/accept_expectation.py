@@ -134,6 +134,9 @@ def with_watch(plan: LaunchPlan, args: argparse.Namespace) -> LaunchPlan:
             f"drop {FLAG}",
         )
     steps, topk, _ = plan.resolution.flags.as_tuple()
+    adaptive = plan.resolution.adaptive
+    if adaptive is not None:  # adaptive mode may run any candidate: the deepest bounds it
+        steps = max(adaptive.candidates)
     doctor = ["python", "-m", "sglang_eagle3.doctor", "--draft", plan.draft_src, "--target",
               plan.target.path, "--steps", str(steps), "--topk", str(topk)]  # fmt: skip
     watch = watch_from_args(args.expected_accept_length, fraction=args.accept_watch_fraction,
