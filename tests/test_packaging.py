@@ -57,4 +57,9 @@ def test_declared_packages_are_the_package_folders():
     found = {"sglang_eagle3.kernels"}
     for init in (ROOT / "sglang_eagle3").rglob("__init__.py"):
         found.add(".".join(init.parent.relative_to(ROOT).parts))
+    # the trained tiny models' folders: data packages, so setuptools installs them quietly
+    trained = ROOT / "sglang_eagle3" / "testing" / "tiny" / "trained"
+    for folder in [trained, *(p for p in trained.rglob("*") if p.is_dir())]:
+        if folder.name != "__pycache__":
+            found.add(".".join(folder.relative_to(ROOT).parts))
     assert declared == found
