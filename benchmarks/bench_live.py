@@ -41,8 +41,8 @@ from sglang_eagle3.bench.client import run_batch  # noqa: E402
 from sglang_eagle3.bench.prompts import BUILT_IN  # noqa: E402
 from sglang_eagle3.bench.servers import ServerSpec, live_server  # noqa: E402
 from sglang_eagle3.tune.grid import Setting  # noqa: E402
-from sglang_eagle3.tune.measure import plain_argv  # noqa: E402
-from sglang_eagle3.tune.mix import Phase, whole  # noqa: E402
+from sglang_eagle3.tune.measure import greedy, plain_argv  # noqa: E402
+from sglang_eagle3.tune.mix import Phase, running, whole  # noqa: E402
 
 STATIC = "s1k1n2,s2k1n3,s2k2n6,s3k2n6"  # two chains, the tuner's tree, the demo's former tree
 DEFAULT_STEPS = 3  # SGLang's own start within its default union [0, 1, 3, 5, 7] (the middle)
@@ -81,8 +81,7 @@ def steps_table(url: str) -> Counter:
 
 def one_round(url: str, batch: list[tuple[str, int]], c: int) -> tuple[float, list[list[int]]]:
     """(tokens a second over the round's wall, each request's output ids)."""
-    got = run_batch(url, [p for p, _ in batch], lambda i: {"max_new_tokens": batch[i][1],
-                    "temperature": 0, "ignore_eos": True}, c)  # fmt: skip
+    got = run_batch(url, [p for p, _ in batch], lambda i: greedy(batch[i][1]), c)
     if got.errors:
         raise RuntimeError(f"{url}: {got.errors[0]}")
     tokens = sum(int(r.meta_info["completion_tokens"]) for r in got.results)
@@ -169,7 +168,7 @@ def predictions(result: dict, phases: list[Phase]) -> dict:
     model, profile = model_of(result), profile_of(result)
     cap, tokens = mix["running_cap"], mix["tokens_per_request"]
     cs = sorted({p.concurrency for p in phases})
-    runs = sorted({min(c, cap) if cap else c for c in cs})
+    runs = sorted({running(c, cap) for c in cs})
     ran = adaptive_speeds(model, chain_drafts(profile), DEFAULT_ADAPTIVE_CONFIG, runs,
                           initial=DEFAULT_STEPS)  # fmt: skip
     per["adaptive-default"] = {c: served(model, lambda b: ran[b][0], c, cap, tokens, True)

@@ -30,6 +30,7 @@ from sglang_eagle3 import env_names
 from sglang_eagle3.bench.metrics import spec_stats
 from sglang_eagle3.launch.server_process import sglang_server
 from sglang_eagle3.table import markdown_table
+from sglang_eagle3.tune.measure import greedy
 
 
 def spec_flags(steps: int, topk: int, draft_tokens: int) -> list[str]:
@@ -85,7 +86,7 @@ def start(name, target, extra, log_dir, *, module, env=None):
     srv.start()
     try:
         srv.wait_ready(timeout=600)
-        params = {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}
+        params = greedy(8)
         for text in WARMUP:
             srv.post("/generate", {"text": text, "sampling_params": params})
     except BaseException:
@@ -95,7 +96,7 @@ def start(name, target, extra, log_dir, *, module, env=None):
 
 
 def _timed(srv, ids: list[int], max_new: int) -> tuple[dict, float]:
-    params = {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True}
+    params = greedy(max_new)
     t0 = time.perf_counter()
     out = srv.post("/generate", {"input_ids": ids, "sampling_params": params})
     return out, time.perf_counter() - t0

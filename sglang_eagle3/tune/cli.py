@@ -28,6 +28,7 @@ from sglang_eagle3.tune.checks import (
     explained_setting,
 )
 from sglang_eagle3.tune.grid import Setting, grid, parse_range
+from sglang_eagle3.tune.mix import running
 
 PROG = "python -m sglang_eagle3.tune"
 
@@ -180,10 +181,10 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     arch = plan.target.architecture
     from sglang_eagle3.tune.saved import identity, load
 
+    serving = _serving(args, sglang, largs, phases)
     if args.tune_result is not None:
         saved = load(args.tune_result, plan.target.path, plan.draft_src)
-        return _finish(saved, concurrency, phases, _serving(args, sglang, largs, phases),
-                       saved=args.tune_result)  # fmt: skip
+        return _finish(saved, concurrency, phases, serving, saved=args.tune_result)
     settings = grid(steps, topks, args.max_draft_tokens, sglang, arch)
     explained = [explained_setting(e, sglang, arch) for e in args.explain]
     timed = _measured_settings(settings)
@@ -209,8 +210,7 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     launch_args = list(rest)
     # more points than asked for: a cycle's cost against batch size needs a few of them
     # no more than the server runs at once: more concurrent requests only queue
-    cap = _serving(args, sglang, largs, phases)[0]
-    asked = {c if cap is None else min(c, cap) for c in concurrency}
+    asked = {running(c, serving[0]) for c in concurrency}
     fitted = sorted(asked | {c for c in (1, 2, 4) if c <= max(asked)})
     paired = args.paired if args.paired is not None else largs.cpu
     zero = args.log_dir / "steps0-adaptive.json" if args.steps0 else None
@@ -264,7 +264,7 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
         "lossless": {name: got == plain for name, got in outputs.items()},
         "plain_outputs": plain,
     }
-    return _finish(base, concurrency, phases, _serving(args, sglang, largs, phases))
+    return _finish(base, concurrency, phases, serving)
 
 
 def _serving(args, sglang: list[str], largs, phases) -> tuple[int | None, float]:
@@ -288,7 +288,7 @@ def _finish(base: dict, concurrency, phases, serving, saved: Path | None = None)
 
     cap, tokens = serving
     model, profile = model_of(base), profile_of(base)
-    concurrency = sorted({c if cap is None else min(c, cap) for c in concurrency})
+    concurrency = sorted({running(c, cap) for c in concurrency})
     settings = [s for s, p in zip(profile, base["profile"], strict=True) if not p["explained"]]
     explained = [s for s, p in zip(profile, base["profile"], strict=True) if p["explained"]]
     result = build_result(

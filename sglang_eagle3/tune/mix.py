@@ -74,6 +74,12 @@ def read_trace(path: Path, default_tokens: int, *, top: int) -> list[Phase]:
     return [Phase(p.concurrency, p.weight / total, p.requests, p.max_new_tokens) for p in out]
 
 
+def running(c: int, cap: int | None) -> int:
+    """The batch ``c`` concurrent requests run as: at most ``cap`` (None: no cap), the rest
+    queue."""
+    return c if cap is None else min(c, cap)
+
+
 def whole(phases: list[Phase], served: dict[int, float]) -> float:
     """Whole-mix tok/s of a deployment serving ``served[c]`` tok/s in all at c."""
     return 1 / sum(p.weight / served[p.concurrency] for p in phases)

@@ -15,25 +15,16 @@ from __future__ import annotations
 from sglang_eagle3.tune.adaptive_sim import served_speed, steps_run
 from sglang_eagle3.tune.cost import CostModel
 from sglang_eagle3.tune.grid import Setting
-from sglang_eagle3.tune.mix import ADAPTIVE, PLAIN, Phase, recommend
-from sglang_eagle3.tune.report import adaptive_flags, chain_drafts
-
-
-def initial_steps(config: dict) -> int:
-    """The --speculative-num-steps adaptive_flags serves ``config`` with (0: it never drafts)."""
-    flags = adaptive_flags(config)
-    if flags is None:
-        return 0
-    parts = flags.split()
-    return int(parts[parts.index("--speculative-num-steps") + 1])
+from sglang_eagle3.tune.mix import ADAPTIVE, PLAIN, Phase, recommend, running
+from sglang_eagle3.tune.report import adaptive_flags, adaptive_start, chain_drafts
 
 
 def adaptive_speeds(model: CostModel, drafts: dict[int, float], config: dict, cs,
                     initial: int | None = None) -> dict:  # fmt: skip
     """{c: (tok/s per request, {steps: share of batches})} of ``config`` under SGLang's rule,
-    started at ``initial`` steps (default: what adaptive_flags serves it with)."""
+    started at ``initial`` steps (default: adaptive_start's; 0 where it never drafts)."""
     out = {}
-    start = initial_steps(config) if initial is None else initial
+    start = (adaptive_start(config) or 0) if initial is None else initial
     for c in cs:
         ran = steps_run(config, start, drafts, c)
         total = sum(ran.values())
@@ -45,7 +36,7 @@ def adaptive_speeds(model: CostModel, drafts: dict[int, float], config: dict, cs
 def served(model: CostModel, speed, c: int, cap: int | None, tokens: float,
            speculative: bool) -> float:  # fmt: skip
     """Tok/s in all at concurrency ``c``; ``speed(b)``: tok/s per request at batch size b."""
-    b = c if cap is None else min(c, cap)
+    b = running(c, cap)
     t_pf = model.steps0(1) if speculative else model.plain(1)
     return tokens / (tokens / (b * speed(b)) + t_pf)
 
@@ -56,7 +47,7 @@ def mix_result(
 ) -> dict:  # fmt: skip
     """``cap``: --max-running-requests (None: unknown, no cap); ``tokens``: a request's mean."""
     cs = sorted({p.concurrency for p in phases})
-    runs = sorted({c if cap is None else min(c, cap) for c in cs})
+    runs = sorted({running(c, cap) for c in cs})
     candidates = {PLAIN: {c: served(model, lambda b: 1 / model.plain(b), c, cap, tokens, False)
                           for c in cs}}  # fmt: skip
     labels = {PLAIN: "no speculation"}
@@ -72,7 +63,7 @@ def mix_result(
         ran = adaptive_speeds(model, chain_drafts(profile), config, runs)
         candidates[ADAPTIVE] = {c: served(model, lambda b: ran[b][0], c, cap, tokens, True)
                                 for c in cs}  # fmt: skip
-        steps = {str(c): ran[c if cap is None else min(c, cap)][1] for c in cs}
+        steps = {str(c): ran[running(c, cap)][1] for c in cs}
         flags = adaptive_flags(config)
         labels[ADAPTIVE] = (f"{flags} --speculative-adaptive-config FILE" if flags else
                             "the adaptive config (it never drafts)")  # fmt: skip

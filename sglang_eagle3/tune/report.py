@@ -83,16 +83,21 @@ def adaptive_config(model: CostModel, profile: dict[Setting, float], concurrenci
     return slot_config(adaptive_slots(model, profile, concurrencies))
 
 
-def adaptive_flags(config: dict) -> str | None:
-    """The flags that serve ``config``: SGLang 0.5.23 refuses a --speculative-num-steps outside
-    the union of its candidate steps, and starts every slot at it where the slot holds it. It
-    starts from the lowest batch size's longest step, as a lone request is where drafting pays
-    most; None where the config never drafts."""
+def adaptive_start(config: dict) -> int | None:
+    """The --speculative-num-steps to serve ``config`` with: SGLang 0.5.23 refuses one outside
+    the union of its candidate steps, and starts every slot at it where the slot holds it. The
+    lowest batch size's longest step, as a lone request is where drafting pays most; None where
+    the config never drafts."""
     if not config:
         return None
     lowest = [s for s in config[min(config, key=int)]["candidate_steps"] if s]
     union = sorted({s for e in config.values() for s in e["candidate_steps"] if s})
-    steps = max(lowest) if lowest else union[0] if union else None
+    return max(lowest) if lowest else union[0] if union else None
+
+
+def adaptive_flags(config: dict) -> str | None:
+    """The flags that serve ``config`` (adaptive_start's steps); None where it never drafts."""
+    steps = adaptive_start(config)
     if steps is None:
         return None
     return " ".join([*Setting(steps, 1, steps + 1).flags, "--speculative-adaptive"])
