@@ -42,29 +42,31 @@ from sglang_eagle3.bench.prompts import BUILT_IN  # noqa: E402
 from sglang_eagle3.bench.servers import ServerSpec, live_server  # noqa: E402
 from sglang_eagle3.tune.grid import Setting  # noqa: E402
 from sglang_eagle3.tune.measure import greedy, plain_argv  # noqa: E402
-from sglang_eagle3.tune.mix import Phase, running, whole  # noqa: E402
+from sglang_eagle3.tune.mix import Phase, phase_of, running, whole  # noqa: E402
 
 STATIC = "s1k1n2,s2k1n3,s2k2n6,s3k2n6"  # two chains, the tuner's tree, the demo's former tree
 DEFAULT_STEPS = 3  # SGLang's own start within its default union [0, 1, 3, 5, 7] (the middle)
 STEPS_KEY = "sglang_eagle3_adaptive_steps"
 
 
-def trace(high: int, rounds: int) -> list[dict]:
+def trace(high: int, rounds: int, lengths: list[int]) -> list[dict]:
+    """The phases, as the tuner's --trace reads them (lengths cycled per phase)."""
     out = []
     for c in (1, 8, high, 1):
         per_round = 1 if c == 1 else 2 * c
         n = (rounds * 2 if c == 1 else rounds) * per_round
-        out.append({"concurrency": c, "requests": n, "per_round": per_round})
+        out.append({"concurrency": c, "requests": n, "per_round": per_round,
+                    "lengths": lengths})  # fmt: skip
     return out
 
 
-def requests(phases: list[dict], lengths: list[int]) -> list[list[tuple[str, int]]]:
+def requests(phases: list[dict]) -> list[list[tuple[str, int]]]:
     """Per phase, its (prompt, max_new_tokens) in order: the same for every server."""
     out, i = [], 0
     for ph in phases:
-        reqs = []
-        for _ in range(ph["requests"]):
-            reqs.append((BUILT_IN[i % len(BUILT_IN)], lengths[i % len(lengths)]))
+        reqs, lengths = [], ph["lengths"]
+        for j in range(ph["requests"]):
+            reqs.append((BUILT_IN[i % len(BUILT_IN)], lengths[j % len(lengths)]))
             i += 1
         out.append(reqs)
     return out
@@ -158,7 +160,7 @@ def predictions(result: dict, phases: list[Phase]) -> dict:
     """Per server name: predicted tok/s in all per concurrency, and over the whole trace."""
     from sglang.srt.speculative.adaptive_spec_params import DEFAULT_ADAPTIVE_CONFIG
 
-    from sglang_eagle3.tune.predict_mix import adaptive_speeds, served
+    from sglang_eagle3.tune.predict_mix import adaptive_speeds, mean_steps, served
     from sglang_eagle3.tune.report import chain_drafts
     from sglang_eagle3.tune.saved import model_of, profile_of
 
@@ -168,10 +170,11 @@ def predictions(result: dict, phases: list[Phase]) -> dict:
     model, profile = model_of(result), profile_of(result)
     cap, tokens = mix["running_cap"], mix["tokens_per_request"]
     cs = sorted({p.concurrency for p in phases})
-    runs = sorted({running(c, cap) for c in cs})
-    ran = adaptive_speeds(model, chain_drafts(profile), DEFAULT_ADAPTIVE_CONFIG, runs,
+    sizes = range(1, max(running(c, cap) for c in cs) + 1)
+    ran = adaptive_speeds(model, chain_drafts(profile), DEFAULT_ADAPTIVE_CONFIG, sizes,
                           initial=DEFAULT_STEPS)  # fmt: skip
-    per["adaptive-default"] = {c: served(model, lambda b: ran[b][0], c, cap, tokens, True)
+    a = model.arrival(mean_steps(ran[sizes[-1]][1]))
+    per["adaptive-default"] = {c: served(lambda b: ran[b][0], c, cap, tokens, a, phases)
                                for c in cs}  # fmt: skip
     return {n: {"per_c": row, "whole": whole(phases, row)} for n, row in per.items()}
 
@@ -190,7 +193,7 @@ def refresh(args, launch: list[str], record: dict, trace_file: Path) -> dict:
     fresh = json.loads(done.stdout)
     keep = {k: v for k, v in record["tune"].items() if k not in fresh}
     record["tune"] = {**keep, **fresh}
-    mix = [Phase(x["concurrency"], x["weight"]) for x in fresh["mix"]["phases"]]
+    mix = [phase_of(x) for x in fresh["mix"]["phases"]]
     record["predicted"] = predictions(record["tune"], mix)
     record["summary"] = goals(record)
     record["refreshed"] = time.strftime("%Y-%m-%d %H:%M")
@@ -218,12 +221,9 @@ def main() -> int:
     launch = ["--cpu", "--model-path", str(d.target_dir), "--dtype", "float32",
               "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
               str(d.draft_dir)]  # fmt: skip
-    phases = trace(args.high, args.rounds)
-    mean_len = round(sum(args.lengths) / len(args.lengths))
+    phases = trace(args.high, args.rounds, args.lengths)
     trace_file = args.out_dir / "trace.json"
-    trace_file.write_text(json.dumps({"phases": [
-        {"concurrency": ph["concurrency"], "requests": ph["requests"],
-         "max_new_tokens": mean_len} for ph in phases]}, indent=2))  # fmt: skip
+    trace_file.write_text(json.dumps({"phases": phases}, indent=2))
     if args.rereport:
         lines = (args.out_dir / "bench_live.jsonl").read_text().splitlines()
         record = refresh(args, launch, json.loads(lines[-1]), trace_file)
@@ -244,8 +244,8 @@ def main() -> int:
     else:
         result = tune(args, launch, trace_file)
     print(f"tuner: {result['wall_s']} s; recommends {result['mix']['recommended']}", flush=True)
-    mix = [Phase(x["concurrency"], x["weight"]) for x in result["mix"]["phases"]]
-    reqs = requests(phases, args.lengths)
+    mix = [phase_of(x) for x in result["mix"]["phases"]]
+    reqs = requests(phases)
     os.environ["OMP_NUM_THREADS"] = "1"
     runs = []
     plain = ServerSpec("plain", None, str(d.target_dir), tuple(plain_argv(launch)))

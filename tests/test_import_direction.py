@@ -52,6 +52,7 @@ PURE_MODULES = {
     "sglang_eagle3.tune.report",
     "sglang_eagle3.tune.adaptive",
     "sglang_eagle3.tune.mix",
+    "sglang_eagle3.tune.rounds",
     # the fused fc's launch settings and wins-file reader: gpu_check JSON is checked without torch
     "sglang_eagle3.ops.eagle3_fused_fc_configs",
     "sglang_eagle3.ops.eagle3_fused_fc_wins",

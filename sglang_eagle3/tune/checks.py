@@ -43,6 +43,9 @@ def check_numbers(args: argparse.Namespace) -> None:
         raise _refuse(f"--max-new-tokens {args.max_new_tokens} leaves nothing to time after a "
                       f"request's first token (it must be >= {MIN_NEW_TOKENS})",
                       fix="e.g. --max-new-tokens 128")  # fmt: skip
+    if not 0 <= args.arrival_rounds <= 16:
+        raise _refuse(f"--arrival-rounds {args.arrival_rounds} is outside 0-16",
+                      fix="e.g. --arrival-rounds 2 (0: priced as a batch-1 step)")  # fmt: skip
 
 
 def explained_setting(text: str, sglang: list[str], architecture: str) -> Setting:

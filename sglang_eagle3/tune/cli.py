@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "for this target and drafter: predict another mix, timing nothing")  # fmt: skip
     p.add_argument("--no-steps0", dest="steps0", action="store_false",
                    help="do not time SGLang's adaptive steps 0 (it is then modelled)")  # fmt: skip
+    p.add_argument("--arrival-rounds", type=int, default=2, help="trace-like rounds per "
+                   "server that time what an arriving request costs (0: price it as one "
+                   "batch-1 step; default 2)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--png", type=Path, help="plot predicted tok/s against steps and topk "
                    "(a .png in an existing folder)")  # fmt: skip
@@ -197,6 +200,7 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     from sglang_eagle3.tune.measure import STEPS0_CONFIG, measure_launched, timing_text
     from sglang_eagle3.tune.profile import acceptance_profile
     from sglang_eagle3.tune.report import measured_rows
+    from sglang_eagle3.tune.rounds import fit_arrivals, per_request_cost
 
     # data-free, the profile scores the very prompts the servers are timed on, continued as
     # far: its accept lengths then are the served ones (the doctor's replay matches a server
@@ -217,11 +221,12 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
     if zero is not None:
         args.log_dir.mkdir(parents=True, exist_ok=True)
         zero.write_text(json.dumps(STEPS0_CONFIG) + "\n")
-    measured, outputs = measure_launched(
+    arrival = (max(fitted), serving[0], args.arrival_rounds) if args.arrival_rounds else None
+    measured, outputs, arrivals = measure_launched(
         model_path, launch_args, timed, args.log_dir, prompts,
-        fitted, args.max_new_tokens, paired, steps0=zero,
+        fitted, args.max_new_tokens, paired, steps0=zero, arrival=arrival,
     )  # fmt: skip
-    model = fit(measured)
+    model = fit_arrivals(fit(measured), arrivals)
     served = [(profile[Setting(m.steps, m.topk, m.draft_tokens)], m.accept_length)
               for m in measured if m.steps and m.accept_length]  # fmt: skip
     scale = accept_scale(served)
@@ -250,6 +255,9 @@ def run(args: argparse.Namespace, rest: list[str]) -> dict:
             for s, a in sorted(scaled.items())
         ],  # fmt: skip
         "measured": measured_rows(measured),
+        "arrival_rounds": [
+            {**vars(r), "per_request_s": round(per_request_cost(model, r), 6)} for r in arrivals
+        ],  # fmt: skip
         "accept_scale": round(scale, 4),
         "accept_check": [  # the profile (unscaled) against what the servers served
             {

@@ -64,6 +64,10 @@ class CostModel:
     d1: float  # seconds per token the drafter processes
     z0: float | None = None  # steps 0: fixed seconds over a plain step (None: not timed)
     z1: float | None = None  # steps 0: seconds per request over a plain step
+    # seconds an arriving request stalls the batch (tune/rounds.py; None: not timed)
+    arr_plain: float | None = None  # plain decoding
+    arr0: float | None = None  # a speculative server: arr0 + arr1 * steps
+    arr1: float | None = None
     plain_points: tuple[tuple[int, float], ...] = ()  # (concurrency, seconds) timed, sorted
 
     def plain(self, c: float) -> float:
@@ -82,6 +86,14 @@ class CostModel:
         if self.z0 is None or self.z1 is None:
             return self.plain(c) + self.t0 + self.d1 * c
         return self.plain(c) + self.z0 + self.z1 * c
+
+    def arrival(self, steps: float | None) -> float:
+        """Seconds an arriving request stalls the batch; ``steps`` None: plain decoding.
+        Untimed: one batch-1 step (plain's, or steps 0's: the prefill and the drafter's
+        extend), the first bench_live run's pricing."""
+        if self.arr_plain is None or self.arr0 is None or self.arr1 is None:
+            return self.plain(1) if steps is None else self.steps0(1)
+        return self.arr_plain if steps is None else self.arr0 + self.arr1 * steps
 
     def parts(self, s: int, k: int, n: int, c: int) -> dict[str, float]:
         """Seconds per cycle by part: verify and draft extend (their per-token costs), draft
@@ -128,7 +140,7 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
     return [v[i] / m[i][i] for i in range(n)]
 
 
-def _nnls(a: list[list[float]], b: list[float]) -> list[float]:
+def nnls(a: list[list[float]], b: list[float]) -> list[float]:
     """Non-negative least squares by trying every subset of free variables (n <= 4)."""
     n, best, best_err = len(a[0]), [0.0] * len(a[0]), float("inf")
     for size in range(n + 1):
@@ -157,7 +169,7 @@ def fit(measured: list[Measured]) -> CostModel:
     if not plain or len(spec) < 2:
         raise ValueError("a fit needs a plain server and two speculative measurements")
     if len({m.concurrency for m in plain}) > 1:
-        p0, p1 = _nnls([[1.0, m.concurrency] for m in plain], [m.seconds for m in plain])
+        p0, p1 = nnls([[1.0, m.concurrency] for m in plain], [m.seconds for m in plain])
     else:
         p0, p1 = plain[0].seconds, 0.0
     by_c: dict[int, list[float]] = {}
@@ -170,14 +182,14 @@ def fit(measured: list[Measured]) -> CostModel:
         c, s, k, n = m.concurrency, m.steps, m.topk, m.draft_tokens
         rows.append([1.0, float(c * (n - 1)), float(s - 1), c * (n + (s - 1) * k)])
         ys.append(m.seconds - line.plain(c))
-    t0, v1, d0, d1 = _nnls(rows, ys)
+    t0, v1, d0, d1 = nnls(rows, ys)
     z0 = z1 = None
     if len({m.concurrency for m in zero}) > 1:
-        z0, z1 = _nnls([[1.0, m.concurrency] for m in zero],
+        z0, z1 = nnls([[1.0, m.concurrency] for m in zero],
                        [m.seconds - line.plain(m.concurrency) for m in zero])  # fmt: skip
     elif zero:
         z0, z1 = max(0.0, zero[0].seconds - line.plain(zero[0].concurrency)), 0.0
-    return CostModel(p0, p1, v1, t0, d0, d1, z0, z1, points)
+    return CostModel(p0, p1, v1, t0, d0, d1, z0, z1, plain_points=points)
 
 
 def accept_scale(pairs: list[tuple[float, float]]) -> float:

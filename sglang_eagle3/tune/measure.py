@@ -29,6 +29,7 @@ from sglang_eagle3.errors import WiringError
 from sglang_eagle3.launch.sglang_argv import drop_options
 from sglang_eagle3.tune.cost import Measured
 from sglang_eagle3.tune.grid import Setting
+from sglang_eagle3.tune.rounds import ArrivalRound, mixed_lengths
 
 MIN_ROUNDS = 6  # rounds of c requests per concurrency, at least (an even count: ABBA)
 PER_PROMPT = 2  # times each prompt is timed per concurrency, at least
@@ -119,6 +120,24 @@ def warm_up(url: str, prompts: Sequence[str], params: dict) -> dict[str, list[in
     return {p: r.output_ids for p, r in zip(prompts, warm.results, strict=True)}
 
 
+def arrival_rounds(
+    url: str, ref: str | None, prompts: Sequence[str], b: int, max_new_tokens: int, rounds: int
+) -> Iterator[tuple[BatchResult, BatchResult | None]]:
+    """Per round, a trace-like round on ``url`` and the same on ``ref``: 4b requests of mixed
+    lengths (tune/rounds.py MIX), 2b in flight, so that arrivals keep coming while b run."""
+    lengths = mixed_lengths(max_new_tokens, 4 * b)
+    batch = [prompts[j % len(prompts)] for j in range(len(lengths))]
+    for i in range(rounds):
+        order = [url] if ref is None else ([url, ref] if i % 2 == 0 else [ref, url])
+        got = {}
+        for u in order:
+            got[u] = run_batch(u, batch, lambda j: greedy(lengths[j]), 2 * b)
+            if got[u].errors:
+                raise WiringError(f"the server at {u} failed: {got[u].errors[0]}",
+                                  fix="check its log")  # fmt: skip
+        yield got[url], (got[ref] if ref is not None else None)
+
+
 STEPS0 = Setting(0, 1, 1)  # SGLang's adaptive steps 0: verify one token, draft none
 STEPS0_CONFIG = {"1": {"candidate_steps": [0]}}  # every batch size at steps 0
 
@@ -132,17 +151,21 @@ def steps0_argv(argv: Sequence[str], config: Path) -> list[str]:
 def measure_launched(
     model_path: str, argv: Sequence[str], settings: Sequence[Setting], log_dir: Path,
     prompts: Sequence[str], concurrencies: Sequence[int], max_new_tokens: int, paired: bool,
-    steps0: Path | None = None,
-) -> tuple[list[Measured], dict[str, dict[str, list[int]]]]:  # fmt: skip
+    steps0: Path | None = None, arrival: tuple[int, int | None, int] | None = None,
+) -> tuple[list[Measured], dict[str, dict[str, list[int]]], list[ArrivalRound]]:  # fmt: skip
     """Plain decoding and each speculative setting, each started through the launcher; one
     Measured per server and concurrency, and every server's greedy outputs by name. With
-    ``steps0`` (an all-[0] adaptive config file) a steps-0 server is timed too."""
+    ``steps0`` (an all-[0] adaptive config file) a steps-0 server is timed too; with
+    ``arrival`` (batch size b, the running cap, rounds) each server's trace-like rounds."""
     params = greedy(max_new_tokens)
     outputs: dict[str, dict[str, list[int]]] = {}
     ref_s: dict[int, list[float]] = {c: [] for c in concurrencies}
     # keyed by position too: a one-setting grid measures its setting twice, two fit points
     rounds: dict[tuple[int, Setting, int], list[tuple[float, float | None]]] = {}
     accepts: dict[tuple[int, Setting, int], list[float]] = {}
+    arr_pairs: dict[tuple[int, Setting], list[tuple[float, float | None]]] = {}
+    arr_accept: dict[tuple[int, Setting], list[float]] = {}
+    arr_ref: list[float] = []
     with ExitStack() as plain_alive:
         plain = ServerSpec("plain", None, model_path, tuple(plain_argv(argv)))
         ref = plain_alive.enter_context(live_server(plain, log_dir))
@@ -151,6 +174,9 @@ def measure_launched(
             for c in concurrencies:
                 ref_s[c] = [_seconds(b, False)[0] for b, _ in timed_rounds(ref, None, prompts,
                                                                           c, params)]  # fmt: skip
+            if arrival is not None:
+                arr_ref += [sub.wall_s for sub, _ in arrival_rounds(
+                    ref, None, prompts, arrival[0], max_new_tokens, arrival[2])]  # fmt: skip
             plain_alive.close()
         servers = [(s, s.on(list(argv))) for s in settings]
         if steps0 is not None:
@@ -170,6 +196,19 @@ def measure_launched(
                         got.append((seconds, r))
                         if r is not None:
                             ref_s[c].append(r)
+                if arrival is not None:
+                    got_a = arr_pairs.setdefault((i, s), [])
+                    b, _, n_rounds = arrival
+                    r_url = ref if paired else None
+                    for sub, rb in arrival_rounds(url, r_url, prompts, b, max_new_tokens,
+                                                  n_rounds):  # fmt: skip
+                        got_a.append((sub.wall_s, rb.wall_s if rb is not None else None))
+                        if rb is not None:
+                            arr_ref.append(rb.wall_s)
+                        if s.steps > 0:
+                            arr_accept.setdefault((i, s), []).append(
+                                spec_stats([r.meta_info for r in sub.results]).accept_length
+                            )
     level = {c: statistics.median(v) for c, v in ref_s.items()}
     out = [Measured(0, 0, 0, c, level[c]) for c in concurrencies]
     for (i, s, c), pairs in rounds.items():
@@ -177,7 +216,26 @@ def measure_launched(
         out.append(
             Measured(s.steps, s.topk, s.draft_tokens, c, drift_corrected(pairs, level[c]), acc)
         )
-    return out, outputs
+    arrivals = _arrival_records(arrival, max_new_tokens, arr_ref, arr_pairs, arr_accept)
+    return out, outputs, arrivals
+
+
+def _arrival_records(arrival, max_new_tokens: int, ref: list[float], pairs: dict,
+                     accepts: dict) -> list[ArrivalRound]:  # fmt: skip
+    """The trace-like rounds as ArrivalRounds: plain's median wall, and each server's
+    drift-corrected against it."""
+    if arrival is None or not ref:
+        return []
+    b, cap, _ = arrival
+    lengths = tuple(mixed_lengths(max_new_tokens, 4 * b))
+    level = statistics.median(ref)
+    out = [ArrivalRound(-1, 0, 0, 2 * b, cap, lengths, level)]
+    for (i, s), got in pairs.items():
+        acc = accepts.get((i, s))
+        out.append(ArrivalRound(s.steps, s.topk, s.draft_tokens, 2 * b, cap, lengths,
+                                drift_corrected(got, level),
+                                statistics.median(acc) if acc else None))  # fmt: skip
+    return out
 
 
 def plain_argv(argv: Sequence[str]) -> list[str]:

@@ -3,7 +3,10 @@ that serves the whole mix fastest, with the reasons (pure).
 
 A mix is a share of the generated tokens per concurrency: ``--concurrency 1,8,32 --weights
 0.5,0.3,0.2``, or a trace file of phases (``{"phases": [{"concurrency": 1, "requests": 16,
-"max_new_tokens": 64}, ...]}``, each phase weighted by its tokens). A deployment serving
+"max_new_tokens": 64}, ...]}``, each phase weighted by its tokens). A phase may give
+``"lengths"`` instead (each request's tokens, cycled over its requests) and ``"per_round"``
+(its requests are sent in closed-loop rounds of that many, each round drained before the next,
+as a benchmark does; tune/rounds.py simulates them). A deployment serving
 ``a_c`` tokens a second in all at concurrency c (tune/predict_mix.py: the running batch is capped
 at --max-running-requests, and each arrival's prefill stalls the batch) takes
 ``sum(w_c / a_c)`` seconds a token over the mix: whole-mix tok/s is its inverse.
@@ -12,7 +15,7 @@ at --max-running-requests, and each arrival's prefill stalls the batch) takes
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sglang_eagle3.errors import WiringError
@@ -25,7 +28,24 @@ class Phase:
     concurrency: int
     weight: float  # share of the mix's generated tokens
     requests: int | None = None
-    max_new_tokens: int | None = None
+    max_new_tokens: int | None = None  # the mean of ``lengths`` where given
+    lengths: tuple[int, ...] | None = None  # cycled over the requests
+    per_round: int | None = None  # requests a closed-loop round (None: one round)
+
+    def rounds(self) -> list[list[int]]:
+        """The requests' lengths, round by round (empty: a mix without requests)."""
+        if self.requests is None:
+            return []
+        cycle = self.lengths or (self.max_new_tokens or 1,)
+        every = [cycle[i % len(cycle)] for i in range(self.requests)]
+        size = self.per_round or self.requests
+        return [every[i : i + size] for i in range(0, len(every), size)]
+
+
+def phase_of(d: dict) -> Phase:
+    """A Phase from its JSON (a result's ``mix.phases`` entry)."""
+    lengths = d.get("lengths")
+    return Phase(**{**d, "lengths": None if lengths is None else tuple(lengths)})
 
 
 def from_weights(concurrency: tuple[int, ...], weights: str | None) -> list[Phase]:
@@ -51,7 +71,8 @@ def from_weights(concurrency: tuple[int, ...], weights: str | None) -> list[Phas
 def read_trace(path: Path, default_tokens: int, *, top: int) -> list[Phase]:
     """The phases of a trace file, each weighted by requests x max_new_tokens."""
     fix = ('write {"phases": [{"concurrency": 1, "requests": 16, "max_new_tokens": 64}, ...]} '
-           f"with concurrency 1-{top}, requests >= 1")  # fmt: skip
+           f"with concurrency 1-{top}, requests >= 1 (optional: \"lengths\": [24, 64], a "
+           '"per_round": 16)')  # fmt: skip
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -64,14 +85,23 @@ def read_trace(path: Path, default_tokens: int, *, top: int) -> list[Phase]:
         ok = isinstance(ph, dict)
         c, n = (ph.get("concurrency"), ph.get("requests")) if ok else (None, None)
         t = ph.get("max_new_tokens", default_tokens) if ok else None
-        good = all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (c, n, t))
-        if not good or c > top:
+        lengths = ph.get("lengths", [t]) if ok else None
+        size = ph.get("per_round", n) if ok else None
+        lengths_ok = isinstance(lengths, list) and bool(lengths) and all(map(_whole, lengths))
+        if not (lengths_ok and all(map(_whole, (c, n, t, size)))) or c > top:
             raise WiringError(f"phase {i} ({ph!r}) needs whole-number concurrency "
-                              f"(1-{top}), requests and max_new_tokens (>= 1)",
-                              path=str(path), fix=fix)  # fmt: skip
-        out.append(Phase(c, float(n * t), n, t))
+                              f"(1-{top}), requests, max_new_tokens, lengths and per_round "
+                              "(>= 1)", path=str(path), fix=fix)  # fmt: skip
+        given = ph.get("lengths")
+        phase = Phase(c, 0.0, n, t if given is None else sum(given) / len(given),
+                      None if given is None else tuple(given), ph.get("per_round"))  # fmt: skip
+        out.append(replace(phase, weight=float(sum(map(sum, phase.rounds())))))
     total = sum(p.weight for p in out)
-    return [Phase(p.concurrency, p.weight / total, p.requests, p.max_new_tokens) for p in out]
+    return [replace(p, weight=p.weight / total) for p in out]
+
+
+def _whole(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
 
 
 def running(c: int, cap: int | None) -> int:

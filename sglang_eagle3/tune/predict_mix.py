@@ -2,13 +2,12 @@
 decoding, each static setting of the grid (trees included) and the tuner's adaptive config as
 SGLang's own rule will serve it (tune/adaptive_sim.py).
 
-Served tok/s in all at concurrency c, requests of L tokens in a closed loop: the running batch
-is b = min(c, --max-running-requests) (the rest queue), its requests decode at v_b tokens a
-second each, and every arrival's prefill runs as its own forward while the batch waits (SGLang
-does not mix prefill into decode here). So L tokens cost ``L / (b * v_b) + t_pf``: t_pf is a
-batch-1 step, plain(1) without a draft, steps0(1) with one (the prefill and the drafter's
-extend). The first bench_live run showed both: its c=64 phase ran batches of 8 (the CPU
-default), and at c=8 the arrivals' prefills took a third of a speculative server's time."""
+Served tok/s in all at concurrency c: the running batch is b = min(c, --max-running-requests)
+(the rest queue), its requests decode at v_b tokens a second each, and every arrival stalls the
+batch for the model's arrival cost (tune/rounds.py: timed on one trace-like round per server).
+A phase with requests (a --trace) is simulated round by round, its drain included; a mix of
+weights alone is priced in steady state, L tokens costing ``L / (b * v_b) + arrival``.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +16,7 @@ from sglang_eagle3.tune.cost import CostModel
 from sglang_eagle3.tune.grid import Setting
 from sglang_eagle3.tune.mix import ADAPTIVE, PLAIN, Phase, recommend, running
 from sglang_eagle3.tune.report import adaptive_flags, adaptive_start, chain_drafts
+from sglang_eagle3.tune.rounds import round_seconds
 
 
 def adaptive_speeds(model: CostModel, drafts: dict[int, float], config: dict, cs,
@@ -33,12 +33,21 @@ def adaptive_speeds(model: CostModel, drafts: dict[int, float], config: dict, cs
     return out
 
 
-def served(model: CostModel, speed, c: int, cap: int | None, tokens: float,
-           speculative: bool) -> float:  # fmt: skip
-    """Tok/s in all at concurrency ``c``; ``speed(b)``: tok/s per request at batch size b."""
-    b = running(c, cap)
-    t_pf = model.steps0(1) if speculative else model.plain(1)
-    return tokens / (tokens / (b * speed(b)) + t_pf)
+def served(speed, c: int, cap: int | None, tokens: float, arrival: float,
+           phases: list[Phase] = ()) -> float:  # fmt: skip
+    """Tok/s in all at concurrency ``c``; ``speed(b)``: tok/s per request at batch size b,
+    ``arrival``: seconds an arrival stalls the batch. The phases at ``c`` that have requests
+    are simulated round by round; without any, steady state at ``tokens`` a request."""
+    rounds = [r for p in phases if p.concurrency == c for r in p.rounds()]
+    if not rounds:
+        b = running(c, cap)
+        return tokens / (tokens / (b * speed(b)) + arrival)
+    seconds = sum(round_seconds(r, c, cap, speed, arrival) for r in rounds)
+    return sum(map(sum, rounds)) / seconds
+
+
+def mean_steps(shares: dict[str, float]) -> float:
+    return sum(int(s) * x for s, x in shares.items())
 
 
 def mix_result(
@@ -47,21 +56,24 @@ def mix_result(
 ) -> dict:  # fmt: skip
     """``cap``: --max-running-requests (None: unknown, no cap); ``tokens``: a request's mean."""
     cs = sorted({p.concurrency for p in phases})
-    runs = sorted({running(c, cap) for c in cs})
-    candidates = {PLAIN: {c: served(model, lambda b: 1 / model.plain(b), c, cap, tokens, False)
-                          for c in cs}}  # fmt: skip
+    sizes = range(1, max(running(c, cap) for c in cs) + 1)  # a round drains through them all
+    plain_a = model.arrival(None)
+    candidates = {PLAIN: {c: served(lambda b: 1 / model.plain(b), c, cap, tokens, plain_a,
+                                    phases) for c in cs}}  # fmt: skip
     labels = {PLAIN: "no speculation"}
     for s in settings:
 
         def v(b, s=s):
             return profile[s] / model.cycle(s.steps, s.topk, s.draft_tokens, b)
 
-        candidates[s.name] = {c: served(model, v, c, cap, tokens, True) for c in cs}
+        a = model.arrival(s.steps)
+        candidates[s.name] = {c: served(v, c, cap, tokens, a, phases) for c in cs}
         labels[s.name] = " ".join(s.flags)
     steps = {}
     if config:
-        ran = adaptive_speeds(model, chain_drafts(profile), config, runs)
-        candidates[ADAPTIVE] = {c: served(model, lambda b: ran[b][0], c, cap, tokens, True)
+        ran = adaptive_speeds(model, chain_drafts(profile), config, sizes)
+        a = model.arrival(mean_steps(ran[sizes[-1]][1]))
+        candidates[ADAPTIVE] = {c: served(lambda b: ran[b][0], c, cap, tokens, a, phases)
                                 for c in cs}  # fmt: skip
         steps = {str(c): ran[running(c, cap)][1] for c in cs}
         flags = adaptive_flags(config)

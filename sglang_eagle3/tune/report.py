@@ -121,6 +121,21 @@ def measured_rows(measured: list[Measured]) -> list[dict]:
              "accept_length": m.accept_length} for m in measured]  # fmt: skip
 
 
+def arrival_line(result: dict) -> str:
+    """What an arriving request costs the batch, and where the figure comes from."""
+    m = result["model"]
+    if m.get("arr_plain") is None:
+        return ("an arrival stalls the batch for one batch-1 step (not timed: "
+                "--arrival-rounds 0)")  # fmt: skip
+    rounds = result.get("arrival_rounds", [])
+    at = f" at {rounds[0]['concurrency']} in flight" if rounds else ""
+    return (
+        f"an arrival stalls the batch {m['arr_plain'] * 1e3:.1f} ms without a draft, "
+        f"{m['arr0'] * 1e3:.1f} + {m['arr1'] * 1e3:.1f} ms x steps with one (timed on "
+        f"{len(rounds)} servers' trace-like rounds{at})"
+    )
+
+
 def render(result: dict) -> str:
     """The text report of a tune result (the same dict --json prints)."""
     lines = [f"cost model: {result['timing']}; fitted on {len(result['measured'])} points",
@@ -158,6 +173,7 @@ def render(result: dict) -> str:
         if mix.get("running_cap"):
             lines.append(f"   batches run at most {mix['running_cap']} requests "
                          "(--max-running-requests): more concurrent requests queue")  # fmt: skip
+        lines.append(f"   {arrival_line(result)}")
         lines.append(f"   recommended: {mix['recommended']}: {mix['flags']}")
         lines += [f"   {w}" for w in mix["why"]]
         for c, shares in mix.get("adaptive_steps", {}).items():
