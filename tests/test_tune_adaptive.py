@@ -56,7 +56,7 @@ def _settle(tmp_path, cfg, initial, c, p, seed=0, batches=400) -> Counter:
 
 def test_every_slot_settles_on_the_fastest_step_for_its_stream(tmp_path):
     profile = drafts_at(P0)
-    found = slots(MODEL, profile, (1, 8, 32))
+    found = slots(MODEL, profile, (1, 8, 64))
     cfg = config(found)
     kinds = {len(s.candidates) if s.candidates != (0,) else 0 for s in found}
     assert {0, 2} <= kinds, cfg  # a [0] slot and switching ones
@@ -87,7 +87,7 @@ def test_every_slot_settles_on_the_fastest_step_for_its_stream(tmp_path):
 
 
 def test_a_switching_slot_follows_acceptance_that_moves_across_the_break_even(tmp_path):
-    found = [s for s in slots(MODEL, drafts_at(P0), (1, 8, 32)) if len(s.candidates) == 2]
+    found = [s for s in slots(MODEL, drafts_at(P0), (1, 8, 64)) if len(s.candidates) == 2]
     s = found[0]
     a, b = s.candidates
     low, high = 0.3, 0.9  # far below and above the break-even: b loses, then wins
@@ -112,7 +112,7 @@ def test_the_simulator_predicts_the_settled_step_and_sglangs_default_config(tmp_
     from sglang_eagle3.tune.adaptive_sim import served_speed, settled, steps_run
 
     profile = drafts_at(P0)
-    found = slots(MODEL, profile, (1, 8, 32))
+    found = slots(MODEL, profile, (1, 8, 64))
     for s in found:
         ran = steps_run(config(found), max(found[0].candidates), profile, s.key)
         assert settled(ran) == s.best

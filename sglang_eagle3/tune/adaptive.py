@@ -95,9 +95,10 @@ def slot(model: CostModel, drafts: dict[int, float], key: int) -> Slot:
 
 
 def slots(model: CostModel, drafts: dict[int, float], concurrencies) -> list[Slot]:
-    """One slot per SLOT_KEYS value up to twice the largest concurrency, neighbours that
-    would serve alike merged (the lower key keeps them)."""
-    top = 2 * max(concurrencies)
+    """One slot per SLOT_KEYS value up to the largest batch size (``concurrencies`` are the
+    running batches: no batch is larger), neighbours that would serve alike merged (the lower
+    key keeps them)."""
+    top = max(concurrencies)
     out: list[Slot] = []
     for key in [k for k in SLOT_KEYS if k <= top]:
         s = slot(model, drafts, key)
