@@ -204,8 +204,12 @@ def test_a_killed_capture_resumes_to_the_same_data(files_server, second_server, 
 
 
 def test_bad_input_is_one_message_and_exit_2_with_nothing_written(
-    files_server, plain_tiny_server, target, tmp_path
+    files_server, plain_tiny_server, target, tmp_path, capsys
 ):
+    """In process, as test_more_bad_input_before_any_server (the interpreter's exit code is
+    test_a_killed_capture_resumes_to_the_same_data's refused re-run)."""
+    from sglang_eagle3.capture.cli import main
+
     good = write_jsonl(tmp_path / "good.jsonl", corpus_rows(2))
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\n\n{"messages": [{"role": "user"}]}\n', encoding="utf-8")
@@ -237,9 +241,9 @@ def test_bad_input_is_one_message_and_exit_2_with_nothing_written(
     }  # fmt: skip
     for name, (args, words) in cases.items():
         out = used if name == "not empty" else tmp_path / f"out-{name.replace(' ', '-')}"
-        got = capture(*args, "--out", out, "--no-progress", timeout=120)
-        assert got.returncode == 2, (name, got.stderr[-2000:])
-        lines = got.stderr.strip().splitlines()
+        code = main([*map(str, args), "--out", str(out), "--no-progress"])
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert code == 2, (name, lines[-20:])
         assert len(lines) == 1 and lines[0].startswith("python -m sglang_eagle3.capture: error:")
         assert words in lines[0], (name, lines[0])
         if name == "not empty":
