@@ -120,8 +120,10 @@ def deployment(module_server_factory, tmp_path_factory):
         router.stop()
 
 
-def _run(url: str, prompt_ids: list[list[int]]):
-    """(outputs one at a time, 8 at once, the uneven round's; accept length of the first)."""
+def _run(url: str, prompt_ids: list[list[int]], rounds: bool = True):
+    """(outputs one at a time, 8 at once, the uneven round's; accept length of the first).
+    ``rounds=False``: the one-at-a-time outputs alone (the references' concurrent rounds
+    are asserted on nothing), the other two empty."""
     from sglang_eagle3.bench.metrics import spec_stats
 
     def one(ids, n=MAX_NEW):
@@ -131,19 +133,21 @@ def _run(url: str, prompt_ids: list[list[int]]):
         return out
 
     seq = [one(ids) for ids in prompt_ids]
+    metas = [o["meta_info"] for o in seq]
+    accept = spec_stats(metas).accept_length if "spec_verify_ct" in metas[0] else None
+    if not rounds:
+        return [[o["output_ids"] for o in seq], [], []], accept
     uneven = [prompt_ids[i % len(prompt_ids)] for i in range(len(UNEVEN_NEW))]
     with ThreadPoolExecutor(8) as pool:
         conc = list(pool.map(one, prompt_ids))
         odd = list(pool.map(one, uneven, UNEVEN_NEW))
-    metas = [o["meta_info"] for o in seq]
-    accept = spec_stats(metas).accept_length if "spec_verify_ct" in metas[0] else None
     return [[o["output_ids"] for o in outs] for outs in (seq, conc, odd)], accept
 
 
 def test_pd_through_the_router_is_lossless(deployment, figures):
     ids = deployment["ids"]
-    (want, _, _), _ = _run(deployment["plain"].url, ids)
-    _, unified = _run(deployment["unified"].url, ids)
+    (want, _, _), _ = _run(deployment["plain"].url, ids, rounds=False)
+    _, unified = _run(deployment["unified"].url, ids, rounds=False)
     (seq, conc, odd), accept = _run(deployment["router"].url, ids)
     figures.record(
         "PD (mooncake TCP, router): prompts equal to plain TP=1 greedy",
