@@ -13,7 +13,7 @@ def measured(record: dict) -> dict:
     runs, n = record["runs"], len(record["trace"])
     level = [statistics.median(q for r in runs for _, q in r["phases"][k]["pairs"])
              for k in range(n)]  # fmt: skip
-    tokens = [ph["requests"] for ph in record["trace"]]  # equal mix of lengths in each
+    tokens = [_tokens(ph) for ph in record["trace"]]
     share = [t / sum(tokens) for t in tokens]
     out = {"plain": level}
     for r in runs:
@@ -21,6 +21,14 @@ def measured(record: dict) -> dict:
                           for k in range(n)]  # fmt: skip
     return {name: {"phases": v, "whole": 1 / sum(w / x for w, x in zip(share, v, strict=True))}
             for name, v in out.items()}  # fmt: skip
+
+
+def _tokens(ph: dict) -> int:
+    """A phase's generated tokens (a record before lengths were per phase: equal mixes)."""
+    lengths = ph.get("lengths")
+    if not lengths:
+        return ph["requests"]
+    return sum(lengths[j % len(lengths)] for j in range(ph["requests"]))
 
 
 def _settled(steps: dict) -> int | None:
@@ -82,7 +90,10 @@ def markdown(record: dict) -> str:
         ratio, same = m[name]["whole"] / best, lossless.get(name, "reference")
         lines.append(f"| {name}{mark} | " + " | ".join(cells) + f" | {whole} | {ratio:.3f} | "
                      f"{same} |")  # fmt: skip
-    lines += ["", "tok/s of all requests, measured (predicted by the tuner)."]
+    from sglang_eagle3.tune.report import arrival_line
+
+    lines += ["", "tok/s of all requests, measured (predicted by the tuner).",
+              f"The tuner's arrival cost: {arrival_line(record['tune'])}."]  # fmt: skip
     if "tuned_vs_default_adaptive" in g:
         lines.append(f"Tuned adaptive / SGLang default adaptive, whole trace: "
                      f"{g['tuned_vs_default_adaptive']:.3f}.")  # fmt: skip
