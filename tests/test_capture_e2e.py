@@ -16,6 +16,7 @@ import math
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,19 @@ PROMPTS = ["def main(", "import os\n", "class Foo:", "for i in range(", "return 
            "if __name__ =="]  # fmt: skip
 NEW_TOKENS = 32
 STEPS, BATCH_TOKENS, PER_STEP = 300, 1024, 5
+
+
+@contextmanager
+def one_torch_thread():
+    """Torch at one thread in this process: with the servers and the other xdist worker on
+    two cores, a second OpenMP thread waits on a busy core (30 steps: 44 s against 21 s at
+    one thread beside one busy process; 17 s against 21 s on an idle machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def train_on(data: Path, target_dir: Path, out: Path) -> float:
@@ -124,20 +138,27 @@ def test_capture_train_stamp_serve(module_server_factory, tmp_path, figures):
     )  # fmt: skip
     assert got.returncode == 0, got.stderr[-3000:]
     assert json.loads(got.stdout)["samples"] == 160
-    loss = train_on(captured, target, tmp_path / "draft")
+    with one_torch_thread():
+        loss = train_on(captured, target, tmp_path / "draft")
     stamped = tmp_path / "stamped"
     got = subprocess.run([sys.executable, "-m", "sglang_eagle3.layout", "stamp", "--draft",
                           str(tmp_path / "draft"), "--data", str(captured), "--out",
                           str(stamped)], capture_output=True, text=True, env=ENV)  # fmt: skip
     assert got.returncode == 0, got.stderr
-    want = hf_greedy(target)
+    # both servers start at once, and HF's greedy reference and the refusal run meanwhile
     ours = module_server_factory(
         target, [*SPEC, "--speculative-draft-model-path", str(stamped),
                  "--training-data", str(captured)],
-        name="stamped", module="sglang_eagle3.launch", cpu=True,
+        name="stamped", module="sglang_eagle3.launch", cpu=True, wait=False,
     )  # fmt: skip
-    outs, accept = served(ours)
-    assert outs == want  # lossless
+    # stock wiring, as the demo's row: stock SGLang on a hand-flattened copy of the draft as
+    # trained (its ids ignored: the family default taps; norm_before_residual ignored too)
+    flat = stock_flat_copy(tmp_path / "draft", target, tmp_path / "stock-draft")
+    stock = module_server_factory(
+        target, [*SPEC[1:], "--speculative-draft-model-path", str(flat)],
+        name="stock-wiring", module="sglang.launch_server", env=STOCK_ONLY, cpu=True,
+        wait=False,
+    )  # fmt: skip
     # the draft as trained, before the stamp (its config says embed,layer:2,layer:5): the
     # data's manifest refuses it
     draft = ["--model-path", str(target), *SPEC, "--speculative-draft-model-path",
@@ -146,13 +167,12 @@ def test_capture_train_stamp_serve(module_server_factory, tmp_path, figures):
                               "--training-data", str(captured), "--dry-run"],
                              capture_output=True, text=True, env=ENV)  # fmt: skip
     assert refused.returncode == 2 and "stamp" in refused.stderr, refused.stderr
-    # stock wiring, as the demo's row: stock SGLang on a hand-flattened copy of the draft as
-    # trained (its ids ignored: the family default taps; norm_before_residual ignored too)
-    flat = stock_flat_copy(tmp_path / "draft", target, tmp_path / "stock-draft")
-    stock = module_server_factory(
-        target, [*SPEC[1:], "--speculative-draft-model-path", str(flat)],
-        name="stock-wiring", module="sglang.launch_server", env=STOCK_ONLY, cpu=True,
-    )  # fmt: skip
+    with one_torch_thread():
+        want = hf_greedy(target)
+    ours.wait_ready()
+    outs, accept = served(ours)
+    assert outs == want  # lossless
+    stock.wait_ready()
     outs_stock, accept_stock = served(stock)
     assert outs_stock == want
     figures.record(f"capture -> train -> stamp -> serve: accept length, stamped vs stock "
