@@ -75,7 +75,9 @@ def _target(name: str):
     "target_name,mode",
     [("deepseek", "tp2"), ("deepseek", "dp_attention"), ("llama", "tp2"), ("deepseek", "ep")],
 )
-def test_capture_is_exact_with_two_ranks(server_factory, target_name, mode, tmp_path, figures):
+def test_capture_is_exact_with_two_ranks(
+    server_factory, target_name, mode, tmp_path, figures, capsys
+):
     import torch
 
     layout, hf_indices = (EP_LAYOUT, EP_HF_INDICES) if mode == "ep" else (LAYOUT, HF_INDICES)
@@ -114,31 +116,31 @@ def test_capture_is_exact_with_two_ranks(server_factory, target_name, mode, tmp_
     )
     assert worst < 1e-4, worst
     if mode != "ep":  # which rank writes a sample depends on TP and DP, not on the experts
-        _capture_files(srv, target, loader, f"{target_name} {mode}", tmp_path, figures)
+        _capture_files(srv, target, loader, f"{target_name} {mode}", tmp_path, figures, capsys)
 
 
-def _capture_files(srv, target, loader, name, tmp_path, figures) -> None:
-    """The capture CLI against the two-rank server: each sample written once (one rank under
-    TP; each DP rank its own requests), its taps equal to HF's, one index."""
+def _capture_files(srv, target, loader, name, tmp_path, figures, capsys) -> None:
+    """The capture CLI (in process: no interpreter start) against the two-rank server: each
+    sample written once (one rank under TP; each DP rank its own requests), its taps equal to
+    HF's, one index."""
     import json
-    import subprocess
-    import sys
 
     import torch
     from safetensors.torch import load_file
 
+    from sglang_eagle3.capture.cli import main
     from sglang_eagle3.data.manifest import read_manifest
 
     texts = ["def f(x):\n    return x * 2\n" * k for k in (1, 4, 2, 6, 3, 5)]
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
     out = tmp_path / "captured"
-    got = subprocess.run([sys.executable, "-m", "sglang_eagle3.capture", "--data", str(data),
-                          "--out", str(out), "--hidden-state-layout", LAYOUT, "--server",
-                          srv.url, "--no-progress", "--json"],
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert got.returncode == 0, got.stderr[-3000:]
-    assert json.loads(got.stdout)["samples"] == len(texts)
+    capsys.readouterr()
+    code = main(["--data", str(data), "--out", str(out), "--hidden-state-layout", LAYOUT,
+                 "--server", srv.url, "--no-progress", "--json"])  # fmt: skip
+    got = capsys.readouterr()
+    assert code == 0, got.err[-3000:]
+    assert json.loads(got.out)["samples"] == len(texts)
     assert read_manifest(out).samples == len(texts)
     assert sorted(p.name for p in (out / "hidden_states").iterdir()) == sorted(
         f"hs_{i}.safetensors" for i in range(len(texts)))  # fmt: skip
