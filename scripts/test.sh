@@ -15,6 +15,10 @@ for arg in "$@"; do
 done
 bash scripts/setup_env.sh 2>&1 | grep -v "is ignored: it is neither" || exit 1
 [[ -f .venv/.sglang_eagle3_stamp ]] || { echo "test.sh: environment setup failed"; exit 1; }
+# One torch thread per process: two workers on two cores, and a second OpenMP thread only
+# spins on a core the other worker holds (test_capture_e2e's training, 30 steps: 44 s at two
+# threads beside one busy process, 21 s at one). Servers the tests start get 1 already.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 .venv/bin/ruff check . || exit 1
 .venv/bin/ruff format --check . || exit 1
 if [[ $fast -eq 1 ]]; then
