@@ -209,6 +209,8 @@ def main() -> int:
     p.add_argument("--static", default=STATIC, help="the static settings served, as sSkKnN")
     p.add_argument("--tune-result", type=Path, help="the tuner's --json of an earlier run on "
                    "this trace (bench_live writes tune_result.json): skips the tuner")  # fmt: skip
+    p.add_argument("--only", help="serve only these servers (comma-separated names, e.g. "
+                   "adaptive,adaptive-default), plain always")  # fmt: skip
     p.add_argument("--rereport", action="store_true", help="no server: the last run's record "
                    "(bench_live.jsonl) with the tuner's predictions recomputed from its saved "
                    "result, and its report written again")  # fmt: skip
@@ -252,6 +254,8 @@ def main() -> int:
     with live_server(plain, args.out_dir / "logs") as ref:
         one_round(ref, reqs[0][:4], 1)  # first-call costs are no phase's
         for name, argv in subjects(result, launch, args.out_dir, static(args.static)):
+            if args.only and name not in args.only.split(","):
+                continue
             spec = ServerSpec(name, None, str(d.target_dir), tuple(argv))
             with live_server(spec, args.out_dir / "logs") as url:
                 one_round(url, reqs[0][:4], 1)
