@@ -16,14 +16,13 @@ import math
 import os
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import torch
 
 from sglang_eagle3.testing.demo import STOCK_ONLY, stock_flat_copy
-from sglang_eagle3.testing.tiny.drafter import DrafterRecipe, tiny_drafter
+from sglang_eagle3.testing.tiny.drafter import DrafterRecipe, one_thread, tiny_drafter
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -36,19 +35,6 @@ PROMPTS = ["def main(", "import os\n", "class Foo:", "for i in range(", "return 
            "if __name__ =="]  # fmt: skip
 NEW_TOKENS = 32
 STEPS, BATCH_TOKENS, PER_STEP = 300, 1024, 5
-
-
-@contextmanager
-def one_torch_thread():
-    """Torch at one thread in this process: with the servers and the other xdist worker on
-    two cores, a second OpenMP thread waits on a busy core (30 steps: 44 s against 21 s at
-    one thread beside one busy process; 17 s against 21 s on an idle machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def train_on(data: Path, target_dir: Path, out: Path) -> float:
@@ -138,7 +124,7 @@ def test_capture_train_stamp_serve(module_server_factory, tmp_path, figures):
     )  # fmt: skip
     assert got.returncode == 0, got.stderr[-3000:]
     assert json.loads(got.stdout)["samples"] == 160
-    with one_torch_thread():
+    with one_thread():  # a second thread spins on the other worker's core
         loss = train_on(captured, target, tmp_path / "draft")
     stamped = tmp_path / "stamped"
     got = subprocess.run([sys.executable, "-m", "sglang_eagle3.layout", "stamp", "--draft",
@@ -167,7 +153,7 @@ def test_capture_train_stamp_serve(module_server_factory, tmp_path, figures):
                               "--training-data", str(captured), "--dry-run"],
                              capture_output=True, text=True, env=ENV)  # fmt: skip
     assert refused.returncode == 2 and "stamp" in refused.stderr, refused.stderr
-    with one_torch_thread():
+    with one_thread():  # a second thread spins on the other worker's core
         want = hf_greedy(target)
     ours.wait_ready()
     outs, accept = served(ours)
