@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from sglang_eagle3.testing.demo import STOCK_ONLY, stock_flat_copy
-from sglang_eagle3.testing.tiny.drafter import DrafterRecipe, one_thread, tiny_drafter
+from sglang_eagle3.testing.tiny.drafter import DrafterRecipe, _one_thread, tiny_drafter
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -124,7 +124,7 @@ def test_capture_train_stamp_serve(module_server_factory, tmp_path, figures):
     )  # fmt: skip
     assert got.returncode == 0, got.stderr[-3000:]
     assert json.loads(got.stdout)["samples"] == 160
-    with one_thread():  # a second thread spins on the other worker's core
+    with _one_thread():  # a second thread spins on the other worker's core
         loss = train_on(captured, target, tmp_path / "draft")
     stamped = tmp_path / "stamped"
     got = subprocess.run([sys.executable, "-m", "sglang_eagle3.layout", "stamp", "--draft",
@@ -153,7 +153,7 @@ def test_capture_train_stamp_serve(module_server_factory, tmp_path, figures):
                               "--training-data", str(captured), "--dry-run"],
                              capture_output=True, text=True, env=ENV)  # fmt: skip
     assert refused.returncode == 2 and "stamp" in refused.stderr, refused.stderr
-    with one_thread():  # a second thread spins on the other worker's core
+    with _one_thread():  # a second thread spins on the other worker's core
         want = hf_greedy(target)
     ours.wait_ready()
     outs, accept = served(ours)

@@ -72,7 +72,7 @@ class TinyDrafter:
 
 
 @contextlib.contextmanager
-def one_thread() -> Iterator[None]:
+def _one_thread() -> Iterator[None]:
     """Tiny matrices: one thread is as fast as two alone and 10-20x faster when other
     processes share the cores (OpenMP workers wait on descheduled peers)."""
     before = torch.get_num_threads()
@@ -88,7 +88,7 @@ def build_tiny_drafter(
 ) -> Path:
     """Data from the target, then the draft: the package's shipped copy when ``key`` is the
     one it was trained for, else trained here."""
-    with one_thread():
+    with _one_thread():
         return _build(out_dir, recipe, target_dir, key)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from sglang_eagle3.testing.tiny.drafter import TinyDrafter, one_thread, tiny_drafter
+from sglang_eagle3.testing.tiny.drafter import TinyDrafter, _one_thread, tiny_drafter
 
 RECORD = "tiny_mla_drafter.json"
 TAPS = ("embed", "layer:2", "layer:5")  # the tiny drafter's training taps, in its data's order
@@ -41,7 +41,7 @@ def tiny_mla_drafter() -> Path:
     def build(tmp: Path) -> None:
         if embedded.restore("mla_drafter", key, tmp):
             return
-        with one_thread():
+        with _one_thread():
             _build(tmp, drafter)
 
     done = cached_build(cache_root(), name, lambda p: (p / RECORD).is_file(), build)
