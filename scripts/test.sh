@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Set up .venv (idempotent), lint, and run the tests. `.ci/run` calls exactly this: everything.
-#   bash scripts/test.sh           ruff + every test, two workers (32 min on 2 cores, 2026-12-02)
+#   bash scripts/test.sh           ruff + every test, two workers (31 min on 2 cores, 2026-12-06)
 #   bash scripts/test.sh --fast    ruff + the fast tier: tests not marked sglang or slow (pure
 #                                  logic and small torch tests; starts no SGLang; two workers,
-#                                  1 min 36 s)
+#                                  55 s)
 # Other arguments pass to pytest (a later -m replaces the fast tier's).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
