@@ -42,7 +42,7 @@ from sglang_eagle3.bench.prompts import BUILT_IN  # noqa: E402
 from sglang_eagle3.bench.servers import ServerSpec, live_server  # noqa: E402
 from sglang_eagle3.tune.grid import Setting  # noqa: E402
 from sglang_eagle3.tune.measure import greedy, plain_argv  # noqa: E402
-from sglang_eagle3.tune.mix import Phase, phase_of, running, whole  # noqa: E402
+from sglang_eagle3.tune.mix import Phase, phase_of, whole  # noqa: E402
 
 STATIC = "s1k1n2,s2k1n3,s2k2n6,s3k2n6"  # two chains, the tuner's tree, the demo's former tree
 DEFAULT_STEPS = 3  # SGLang's own start within its default union [0, 1, 3, 5, 7] (the middle)
@@ -160,8 +160,7 @@ def predictions(result: dict, phases: list[Phase]) -> dict:
     """Per server name: predicted tok/s in all per concurrency, and over the whole trace."""
     from sglang.srt.speculative.adaptive_spec_params import DEFAULT_ADAPTIVE_CONFIG
 
-    from sglang_eagle3.tune.predict_mix import adaptive_speeds, mean_steps, served
-    from sglang_eagle3.tune.report import chain_drafts
+    from sglang_eagle3.tune.predict_mix import adaptive_served
     from sglang_eagle3.tune.saved import model_of, profile_of
 
     mix = result["mix"]
@@ -169,13 +168,8 @@ def predictions(result: dict, phases: list[Phase]) -> dict:
            for n, row in mix["per_concurrency_tok_s"].items()}  # fmt: skip
     model, profile = model_of(result), profile_of(result)
     cap, tokens = mix["running_cap"], mix["tokens_per_request"]
-    cs = sorted({p.concurrency for p in phases})
-    sizes = range(1, max(running(c, cap) for c in cs) + 1)
-    ran = adaptive_speeds(model, chain_drafts(profile), DEFAULT_ADAPTIVE_CONFIG, sizes,
-                          initial=DEFAULT_STEPS)  # fmt: skip
-    a = model.arrival(mean_steps(ran[sizes[-1]][1]))
-    per["adaptive-default"] = {c: served(lambda b: ran[b][0], c, cap, tokens, a, phases)
-                               for c in cs}  # fmt: skip
+    per["adaptive-default"], _ = adaptive_served(model, profile, DEFAULT_ADAPTIVE_CONFIG, phases,
+                                                 cap, tokens, initial=DEFAULT_STEPS)  # fmt: skip
     return {n: {"per_c": row, "whole": whole(phases, row)} for n, row in per.items()}
 
 

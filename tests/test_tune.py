@@ -188,6 +188,8 @@ REFUSED = [
     (["--max-draft-tokens", "abc"], "argument --max-draft-tokens: invalid int value: 'abc'"),
     (["--max-tokens", "0"], "--max-tokens 0"),
     (["--max-new-tokens", "1"], "--max-new-tokens 1"),
+    (["--arrival-rounds", "17"], "--arrival-rounds 17 is outside 0-16"),
+    (["--arrival-rounds", "-1"], "--arrival-rounds -1 is outside 0-16"),
     # --explain names the wrong part, and SGLang's rule (spec_flags.py's words)
     (["--explain", "1,1,16"], "draft tokens 16) is a setting SGLang would not run as given: "
      "conflicting speculative flags"),

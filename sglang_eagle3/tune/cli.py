@@ -82,8 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-steps0", dest="steps0", action="store_false",
                    help="do not time SGLang's adaptive steps 0 (it is then modelled)")  # fmt: skip
     p.add_argument("--arrival-rounds", type=int, default=2, help="trace-like rounds per "
-                   "server that time what an arriving request costs (0: price it as one "
-                   "batch-1 step; default 2)")  # fmt: skip
+                   "server that time what an arriving request costs (0-16; 0: price it as "
+                   "one batch-1 step; default 2)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--png", type=Path, help="plot predicted tok/s against steps and topk "
                    "(a .png in an existing folder)")  # fmt: skip

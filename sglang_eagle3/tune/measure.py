@@ -77,15 +77,24 @@ def timed_rounds(
     the first round at c=8 was the slowest of four)."""
     for i in range(-1, round_count(c, len(prompts))):
         batch = [prompts[(i * c + j) % len(prompts)] for j in range(c)]
-        order = [url] if ref is None else ([url, ref] if i % 2 == 0 else [ref, url])
-        got = {}
-        for u in order:
-            got[u] = run_batch(u, batch, params, c)
-            if got[u].errors:
-                raise WiringError(f"the server at {u} failed: {got[u].errors[0]}",
-                                  fix="check its log")  # fmt: skip
+        got = paired_round(url, ref, i, batch, params, c)
         if i >= 0:
-            yield got[url], (got[ref] if ref is not None else None)
+            yield got
+
+
+def paired_round(
+    url: str, ref: str | None, i: int, batch: Sequence[str], params, c: int
+) -> tuple[BatchResult, BatchResult | None]:
+    """Round ``i``: ``batch`` with ``c`` in flight on ``url`` and on ``ref`` (None: none), the
+    reference first in odd rounds (ABBA); a failed request is one WiringError."""
+    order = [url] if ref is None else ([url, ref] if i % 2 == 0 else [ref, url])
+    got = {}
+    for u in order:
+        got[u] = run_batch(u, batch, params, c)
+        if got[u].errors:
+            raise WiringError(f"the server at {u} failed: {got[u].errors[0]}",
+                              fix="check its log")  # fmt: skip
+    return got[url], (got[ref] if ref is not None else None)
 
 
 def drift_corrected(pairs: Sequence[tuple[float, float | None]], level: float) -> float:
@@ -120,22 +129,20 @@ def warm_up(url: str, prompts: Sequence[str], params: dict) -> dict[str, list[in
     return {p: r.output_ids for p, r in zip(prompts, warm.results, strict=True)}
 
 
+def arrival_plan(b: int, max_new_tokens: int) -> tuple[tuple[int, ...], int]:
+    """A trace-like round at running batch ``b``: (4b request lengths, mixed as tune/rounds.py
+    MIX, and 2b in flight, so that arrivals keep coming while b run)."""
+    return tuple(mixed_lengths(max_new_tokens, 4 * b)), 2 * b
+
+
 def arrival_rounds(
-    url: str, ref: str | None, prompts: Sequence[str], b: int, max_new_tokens: int, rounds: int
-) -> Iterator[tuple[BatchResult, BatchResult | None]]:
-    """Per round, a trace-like round on ``url`` and the same on ``ref``: 4b requests of mixed
-    lengths (tune/rounds.py MIX), 2b in flight, so that arrivals keep coming while b run."""
-    lengths = mixed_lengths(max_new_tokens, 4 * b)
+    url: str, ref: str | None, prompts: Sequence[str], lengths: Sequence[int], c: int,
+    rounds: int,
+) -> Iterator[tuple[BatchResult, BatchResult | None]]:  # fmt: skip
+    """Per round, ``lengths`` with ``c`` in flight on ``url`` and the same on ``ref``."""
     batch = [prompts[j % len(prompts)] for j in range(len(lengths))]
     for i in range(rounds):
-        order = [url] if ref is None else ([url, ref] if i % 2 == 0 else [ref, url])
-        got = {}
-        for u in order:
-            got[u] = run_batch(u, batch, lambda j: greedy(lengths[j]), 2 * b)
-            if got[u].errors:
-                raise WiringError(f"the server at {u} failed: {got[u].errors[0]}",
-                                  fix="check its log")  # fmt: skip
-        yield got[url], (got[ref] if ref is not None else None)
+        yield paired_round(url, ref, i, batch, lambda j: greedy(lengths[j]), c)
 
 
 STEPS0 = Setting(0, 1, 1)  # SGLang's adaptive steps 0: verify one token, draft none
@@ -166,6 +173,7 @@ def measure_launched(
     arr_pairs: dict[tuple[int, Setting], list[tuple[float, float | None]]] = {}
     arr_accept: dict[tuple[int, Setting], list[float]] = {}
     arr_ref: list[float] = []
+    arr_lengths, arr_c = arrival_plan(arrival[0], max_new_tokens) if arrival else ((), 0)
     with ExitStack() as plain_alive:
         plain = ServerSpec("plain", None, model_path, tuple(plain_argv(argv)))
         ref = plain_alive.enter_context(live_server(plain, log_dir))
@@ -176,7 +184,7 @@ def measure_launched(
                                                                           c, params)]  # fmt: skip
             if arrival is not None:
                 arr_ref += [sub.wall_s for sub, _ in arrival_rounds(
-                    ref, None, prompts, arrival[0], max_new_tokens, arrival[2])]  # fmt: skip
+                    ref, None, prompts, arr_lengths, arr_c, arrival[2])]  # fmt: skip
             plain_alive.close()
         servers = [(s, s.on(list(argv))) for s in settings]
         if steps0 is not None:
@@ -198,10 +206,9 @@ def measure_launched(
                             ref_s[c].append(r)
                 if arrival is not None:
                     got_a = arr_pairs.setdefault((i, s), [])
-                    b, _, n_rounds = arrival
                     r_url = ref if paired else None
-                    for sub, rb in arrival_rounds(url, r_url, prompts, b, max_new_tokens,
-                                                  n_rounds):  # fmt: skip
+                    for sub, rb in arrival_rounds(url, r_url, prompts, arr_lengths, arr_c,
+                                                  arrival[2]):  # fmt: skip
                         got_a.append((sub.wall_s, rb.wall_s if rb is not None else None))
                         if rb is not None:
                             arr_ref.append(rb.wall_s)
@@ -216,26 +223,17 @@ def measure_launched(
         out.append(
             Measured(s.steps, s.topk, s.draft_tokens, c, drift_corrected(pairs, level[c]), acc)
         )
-    arrivals = _arrival_records(arrival, max_new_tokens, arr_ref, arr_pairs, arr_accept)
+    if arrival is None or not arr_ref:
+        return out, outputs, []
+    # plain's median wall, and each server's drift-corrected against it
+    cap, level = arrival[1], statistics.median(arr_ref)
+    arrivals = [ArrivalRound(-1, 0, 0, arr_c, cap, arr_lengths, level)]
+    for (i, s), got in arr_pairs.items():
+        acc = arr_accept.get((i, s))
+        arrivals.append(ArrivalRound(s.steps, s.topk, s.draft_tokens, arr_c, cap, arr_lengths,
+                                     drift_corrected(got, level),
+                                     statistics.median(acc) if acc else None))  # fmt: skip
     return out, outputs, arrivals
-
-
-def _arrival_records(arrival, max_new_tokens: int, ref: list[float], pairs: dict,
-                     accepts: dict) -> list[ArrivalRound]:  # fmt: skip
-    """The trace-like rounds as ArrivalRounds: plain's median wall, and each server's
-    drift-corrected against it."""
-    if arrival is None or not ref:
-        return []
-    b, cap, _ = arrival
-    lengths = tuple(mixed_lengths(max_new_tokens, 4 * b))
-    level = statistics.median(ref)
-    out = [ArrivalRound(-1, 0, 0, 2 * b, cap, lengths, level)]
-    for (i, s), got in pairs.items():
-        acc = accepts.get((i, s))
-        out.append(ArrivalRound(s.steps, s.topk, s.draft_tokens, 2 * b, cap, lengths,
-                                drift_corrected(got, level),
-                                statistics.median(acc) if acc else None))  # fmt: skip
-    return out
 
 
 def plain_argv(argv: Sequence[str]) -> list[str]:

@@ -46,8 +46,18 @@ def served(speed, c: int, cap: int | None, tokens: float, arrival: float,
     return sum(map(sum, rounds)) / seconds
 
 
-def mean_steps(shares: dict[str, float]) -> float:
-    return sum(int(s) * x for s, x in shares.items())
+def adaptive_served(model: CostModel, profile: dict[Setting, float], config: dict,
+                    phases: list[Phase], cap: int | None, tokens: float,
+                    initial: int | None = None) -> tuple[dict[int, float], dict]:  # fmt: skip
+    """An adaptive config as SGLang's rule serves it: tok/s in all per concurrency of the
+    mix, and adaptive_speeds' figures at every batch size a round drains through. Its arrival
+    cost is a speculative server's at the mean steps it runs at the largest batch."""
+    cs = sorted({p.concurrency for p in phases})
+    sizes = range(1, max(running(c, cap) for c in cs) + 1)
+    ran = adaptive_speeds(model, chain_drafts(profile), config, sizes, initial)
+    shares = ran[sizes[-1]][1]
+    a = model.arrival(sum(int(s) * x for s, x in shares.items()))
+    return {c: served(lambda b: ran[b][0], c, cap, tokens, a, phases) for c in cs}, ran
 
 
 def mix_result(
@@ -56,7 +66,6 @@ def mix_result(
 ) -> dict:  # fmt: skip
     """``cap``: --max-running-requests (None: unknown, no cap); ``tokens``: a request's mean."""
     cs = sorted({p.concurrency for p in phases})
-    sizes = range(1, max(running(c, cap) for c in cs) + 1)  # a round drains through them all
     plain_a = model.arrival(None)
     candidates = {PLAIN: {c: served(lambda b: 1 / model.plain(b), c, cap, tokens, plain_a,
                                     phases) for c in cs}}  # fmt: skip
@@ -71,10 +80,7 @@ def mix_result(
         labels[s.name] = " ".join(s.flags)
     steps = {}
     if config:
-        ran = adaptive_speeds(model, chain_drafts(profile), config, sizes)
-        a = model.arrival(mean_steps(ran[sizes[-1]][1]))
-        candidates[ADAPTIVE] = {c: served(lambda b: ran[b][0], c, cap, tokens, a, phases)
-                                for c in cs}  # fmt: skip
+        candidates[ADAPTIVE], ran = adaptive_served(model, profile, config, phases, cap, tokens)
         steps = {str(c): ran[running(c, cap)][1] for c in cs}
         flags = adaptive_flags(config)
         labels[ADAPTIVE] = (f"{flags} --speculative-adaptive-config FILE" if flags else
