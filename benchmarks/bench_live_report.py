@@ -31,6 +31,12 @@ def _tokens(ph: dict) -> int:
     return sum(lengths[j % len(lengths)] for j in range(ph["requests"]))
 
 
+def _per_c(pred: dict, c: int) -> float:
+    """A prediction at concurrency ``c``: int keys as computed, str keys as re-read from JSON."""
+    row = pred["per_c"]
+    return row[c] if c in row else row[str(c)]
+
+
 def _settled(steps: dict) -> int | None:
     ran: Counter = Counter()
     for key, count in steps.items():
@@ -83,7 +89,7 @@ def markdown(record: dict) -> str:
     lossless = {r["name"]: r["lossless"] for r in record["runs"]}
     for name in sorted(m, key=lambda n: -m[n]["whole"]):
         p = pred.get(name)
-        cells = [f"{v:.0f} ({p['per_c'][ph['concurrency']]:.0f})" if p else f"{v:.0f}"
+        cells = [f"{v:.0f} ({_per_c(p, ph['concurrency']):.0f})" if p else f"{v:.0f}"
                  for v, ph in zip(m[name]["phases"], record["trace"], strict=True)]  # fmt: skip
         whole = f"{m[name]['whole']:.0f} ({p['whole']:.0f})" if p else f"{m[name]['whole']:.0f}"
         mark = " (recommended)" if name == g["recommended"] else ""
@@ -126,7 +132,7 @@ def plot(record: dict, path: Path) -> None:
     for k, (ax, ph) in enumerate(zip(axes, record["trace"], strict=True)):
         xs = range(len(names))
         ax.bar(xs, [m[n]["phases"][k] for n in names], color="tab:blue", label="measured")
-        want = [pred[n]["per_c"][ph["concurrency"]] if n in pred else float("nan") for n in names]
+        want = [_per_c(pred[n], ph["concurrency"]) if n in pred else float("nan") for n in names]
         ax.scatter(xs, want, color="k", marker="_", s=200, label="predicted")
         ax.set_xticks(list(xs), names, rotation=70, fontsize=7)
         ax.set_title(f"phase {k}: concurrency {ph['concurrency']}", fontsize=9)
