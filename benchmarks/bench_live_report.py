@@ -37,13 +37,6 @@ def _per_c(pred: dict, c: int) -> float:
     return row[c] if c in row else row[str(c)]
 
 
-def _settled(steps: dict) -> int | None:
-    ran: Counter = Counter()
-    for key, count in steps.items():
-        ran[int(key.split(":")[1])] += count
-    return ran.most_common(1)[0][0] if ran else None
-
-
 def goals(record: dict) -> dict:
     m, pred = measured(record), record["predicted"]
     mix = record["tune"]["mix"]
@@ -68,15 +61,39 @@ def goals(record: dict) -> dict:
     out["whole_error"] = errors
     out["within_15pct"] = all(abs(e) <= 0.15 for e in errors.values())
     out["lossless"] = all(r["lossless"] for r in record["runs"])
-    settles = {}
     for r in record["runs"]:
-        if r["name"] != "adaptive":
-            continue
-        for k, ph in enumerate(r["phases"]):
-            want = mix["adaptive_steps"].get(str(ph["concurrency"]), {})
-            settles[k] = {"ran": ph["steps"], "settled": _settled(ph["steps"]),
-                          "predicted": int(max(want, key=want.get)) if want else None}  # fmt: skip
-    out["adaptive_settles"] = settles
+        if r["name"] == "adaptive":
+            out["adaptive_settles"] = slot_settles(record["tune"], r)
+    return out
+
+
+MIN_BATCHES = 20  # a slot the trace visits less (a drain's odd sizes) shows no settled step
+
+
+def slot_settles(result: dict, run: dict) -> dict[int, dict]:
+    """Per slot of the tuned config (its smallest batch size): the steps SGLang ran at its batch
+    sizes over the whole trace, the step it settled on (None: under MIN_BATCHES batches), and
+    the step the tuner predicts fastest there."""
+    from sglang_eagle3.tune.adaptive import slot
+    from sglang_eagle3.tune.grid import Setting
+    from sglang_eagle3.tune.report import chain_drafts
+    from sglang_eagle3.tune.saved import model_of
+
+    grid = {Setting(p["steps"], p["topk"], p["draft_tokens"]): p["accept_length"]
+            for p in result["profile"] if not p["explained"]}  # fmt: skip
+    model, drafts = model_of(result), chain_drafts(grid)
+    keys = sorted(int(k) for k in result["adaptive_config"])
+    ran: dict[int, Counter] = {k: Counter() for k in keys}
+    for ph in run["phases"]:
+        for key, n in ph["steps"].items():
+            b, step = (int(x) for x in key.split(":"))
+            ran[max(k for k in keys if k <= b)][step] += n
+    out = {}
+    for key in keys:
+        got = ran[key]
+        settled = got.most_common(1)[0][0] if sum(got.values()) >= MIN_BATCHES else None
+        out[key] = {"ran": dict(sorted(got.items())), "settled": settled,
+                    "predicted": slot(model, drafts, key).best}  # fmt: skip
     return out
 
 
@@ -109,9 +126,11 @@ def markdown(record: dict) -> str:
                          f"{r['rec_vs_best']:.3f}" for r in g["per_phase"]) + ".")  # fmt: skip
     lines.append("Whole-trace prediction error: " + ", ".join(
         f"{n} {e:+.1%}" for n, e in sorted(g["whole_error"].items())) + ".")  # fmt: skip
-    for k, s in g["adaptive_settles"].items():
-        lines.append(f"Tuned adaptive, phase {k}: ran (batch size:steps = batches) {s['ran']}; "
-                     f"settled {s['settled']}, predicted {s['predicted']}.")  # fmt: skip
+    for key, s in g.get("adaptive_settles", {}).items():
+        lines.append(
+            f"Tuned adaptive, slot from batch size {key}: ran (steps: batches) "
+            f"{s['ran']}; settled {s['settled']}, predicted {s['predicted']}."
+        )
     for r in record["runs"]:
         if r["name"] == "adaptive-default":
             lines.append("SGLang default adaptive, steps run per phase: " + "; ".join(
