@@ -210,22 +210,26 @@ def main() -> int:
                    "adaptive,adaptive-default), plain always")  # fmt: skip
     p.add_argument("--rereport", action="store_true", help="no server: the last run's record "
                    "(bench_live.jsonl) with the tuner's predictions recomputed from its saved "
-                   "result, and its report written again")  # fmt: skip
+                   "result (its own trace and cap), and its report written again")  # fmt: skip
     args = p.parse_args()
     args.lengths = [int(x) for x in args.lengths.split(",")]
     args.out_dir.mkdir(parents=True, exist_ok=True)
     from sglang_eagle3.testing.tiny.drafter import tiny_drafter
 
     d = tiny_drafter()
+    record = None
+    if args.rereport:  # the record's own trace and cap (8, SGLang's CPU default, before --cap)
+        lines = (args.out_dir / "bench_live.jsonl").read_text().splitlines()
+        record = json.loads(lines[-1])
+        args.cap = record.get("cap", 8)
     launch = ["--cpu", "--model-path", str(d.target_dir), "--dtype", "float32",
               "--max-running-requests", str(args.cap), "--speculative-algorithm", "EAGLE3",
               "--speculative-draft-model-path", str(d.draft_dir)]  # fmt: skip
-    phases = trace(args.high, args.rounds, args.lengths)
+    phases = record["trace"] if record else trace(args.high, args.rounds, args.lengths)
     trace_file = args.out_dir / "trace.json"
     trace_file.write_text(json.dumps({"phases": phases}, indent=2))
-    if args.rereport:
-        lines = (args.out_dir / "bench_live.jsonl").read_text().splitlines()
-        record = refresh(args, launch, json.loads(lines[-1]), trace_file)
+    if record is not None:
+        record = refresh(args, launch, record, trace_file)
         (args.out_dir / "bench_live.md").write_text(markdown(record))
         plot(record, args.out_dir / "bench_live.png")
         with (args.out_dir / "bench_live.jsonl").open("a") as f:
