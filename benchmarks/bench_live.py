@@ -2,9 +2,11 @@
 
     python benchmarks/bench_live.py [--out-dir benchmarks/results/live] [--high 64] [--cap 64]
 
-1. The trace: concurrency 1, then 8, then ``--high`` (where plain decoding wins on this
-   machine), then 1 again; request lengths cycle through ``--lengths`` (mixed). A phase runs in
-   rounds of 2c requests with c in flight (c=1: one request a round), so the batch stays near c.
+1. The trace: concurrency 1, then 8, then ``--high`` (where plain decoding catches up: at 64
+   it beat the chains in run 3, never at the CPU default cap of 8), then 1 again; request
+   lengths cycle through ``--lengths`` (mixed). A phase runs in rounds of 2c requests with c in
+   flight (c=1: one request a round), so the batch stays near c. Every server, the tuner's
+   included, runs at most ``--cap`` requests at once (``--max-running-requests``).
 2. ``python -m sglang_eagle3.tune --trace`` on it: the cost model, the adaptive config, and one
    recommendation for the whole trace with its predicted tok/s, per phase and in all.
 3. Servers, each through the launcher: every static setting of a small grid (trees included),
@@ -243,6 +245,9 @@ def main() -> int:
         cs = [ph["concurrency"] for ph in result["mix"]["phases"]]
         if cs != [ph["concurrency"] for ph in phases]:
             sys.exit(f"{args.tune_result} was tuned for phases at {cs}, not this trace's")
+        if result["mix"]["running_cap"] != args.cap:
+            sys.exit(f"{args.tune_result} was tuned at --max-running-requests "
+                     f"{result['mix']['running_cap']}, not --cap {args.cap}")  # fmt: skip
         (args.out_dir / "tuned-adaptive.json").write_text(json.dumps(result["adaptive_config"]))
     else:
         result = tune(args, launch, trace_file)
