@@ -158,3 +158,19 @@ def test_read_draft_override_semantics(tmp_path):
     bare = read_draft(ids_draft(tmp_path, ids=None, name="B"), num_layers=N,
                       target_hidden_size=H, layout=WRONG)  # fmt: skip
     assert bare.layout.names() == ["layer:5", "embed", "layer:2"] and bare.notes == ()
+
+
+def test_an_overridden_layout_gets_its_own_flat_copy(tmp_path, target, capsys):
+    """Two launches of one speculators draft that serve different layouts never share the flat
+    copy SGLang loads: a second launch would rewrite it under the first one's server."""
+    draft, cache = speculators_draft(tmp_path), tmp_path / "cache"
+
+    def served_from(*extra):
+        code, out, err = launch(capsys, target, draft, *extra, "--json", cache=cache)
+        assert code == 0, err
+        return json.loads(out)["draft"]["served_from"]
+
+    own = served_from()
+    assert own == served_from(), "the same launch reuses its copy"
+    forced = served_from("--hidden-state-layout", WRONG, "--override-draft-layout")
+    assert forced != own and forced.startswith(str(cache))

@@ -126,10 +126,13 @@ class LaunchPlan:
         }
 
 
-def converted_dir(cache_dir: Path, draft_src: Path) -> Path:
-    """A stable cache directory per source draft (path + config contents)."""
+def converted_dir(cache_dir: Path, draft_src: Path, layout: list[str]) -> Path:
+    """A stable cache directory per source draft (path + config contents) and served layout:
+    an --override-draft-layout launch gets its own copy, so it never rewrites the one another
+    server of the same draft is loading."""
     digest = hashlib.sha256(str(draft_src.resolve()).encode())
     digest.update((draft_src / "config.json").read_bytes())
+    digest.update(",".join(layout).encode())
     return cache_dir / f"{draft_src.resolve().name}-{digest.hexdigest()[:12]}"
 
 
@@ -245,7 +248,8 @@ def plan_launch(argv: list[str], opts: LaunchOptions) -> LaunchPlan:
     out = list(argv)
     converted = None
     if spec.format == "speculators":
-        converted = str(converted_dir(check_cache_dir(opts.cache_dir), Path(draft_src)))
+        converted = str(converted_dir(check_cache_dir(opts.cache_dir), Path(draft_src),
+                                      spec.layout.names()))  # fmt: skip
         out = argv_set(out, DRAFT_PATH, converted)
         changes.append(
             {
