@@ -17,16 +17,18 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a bare checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_live import requests, run_trace, trace  # noqa: E402
+from bench_live import launch_argv, requests, run_trace, trace  # noqa: E402
 
 from sglang_eagle3.bench.servers import ServerSpec, live_server  # noqa: E402
+from sglang_eagle3.tune.grid import Setting  # noqa: E402
 from sglang_eagle3.tune.measure import plain_argv  # noqa: E402
+
+CAP = 8  # the launcher's CPU default: the c=8 phase runs batches of 8
 
 
 def main() -> int:
@@ -39,23 +41,15 @@ def main() -> int:
 
     d = tiny_drafter()
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    launch = ["--cpu", "--model-path", str(d.target_dir), "--dtype", "float32",
-              "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
-              str(d.draft_dir)]  # fmt: skip
-    work = Path(tempfile.mkdtemp(prefix="adaptive-held-"))
+    launch = launch_argv(d, CAP)
     subjects = []
     for s in (int(x) for x in args.steps.split(",")):
-        chain = [*launch, "--speculative-num-steps", str(s), "--speculative-eagle-topk", "1",
-                 "--speculative-num-draft-tokens", str(s + 1)]  # fmt: skip
-        held = work / f"held{s}.json"
+        chain = Setting(s, 1, s + 1)
+        held = args.out_dir / f"held{s}.json"
         held.write_text(json.dumps({"1": {"candidate_steps": [s]}}))
-        subjects += [
-            (f"s{s}k1n{s + 1}", chain),
-            (
-                f"adaptive-held{s}",
-                [*chain, "--speculative-adaptive", "--speculative-adaptive-config", str(held)],
-            ),
-        ]
+        subjects += [(chain.name, chain.on(launch)), (f"adaptive-held{s}", [
+            *chain.on(launch), "--speculative-adaptive", "--speculative-adaptive-config",
+            str(held)])]  # fmt: skip
     phases = trace(8, args.rounds, [24, 64, 40, 56])[:2]  # c=1, then c=8
     reqs = requests(phases)
     os.environ["OMP_NUM_THREADS"] = "1"

@@ -51,6 +51,14 @@ DEFAULT_STEPS = 3  # SGLang's own start within its default union [0, 1, 3, 5, 7]
 STEPS_KEY = "sglang_eagle3_adaptive_steps"
 
 
+def launch_argv(drafter, cap: int) -> list[str]:
+    """The launcher's flags for the tiny target and its trained drafter, ``cap`` requests at
+    once: every server of a bench run starts from these."""
+    return ["--cpu", "--model-path", str(drafter.target_dir), "--dtype", "float32",
+            "--max-running-requests", str(cap), "--speculative-algorithm", "EAGLE3",
+            "--speculative-draft-model-path", str(drafter.draft_dir)]  # fmt: skip
+
+
 def trace(high: int, rounds: int, lengths: list[int]) -> list[dict]:
     """The phases, as the tuner's --trace reads them (lengths cycled per phase)."""
     out = []
@@ -224,9 +232,7 @@ def main() -> int:
         lines = (args.out_dir / "bench_live.jsonl").read_text().splitlines()
         record = json.loads(lines[-1])
         args.cap = record.get("cap", 8)
-    launch = ["--cpu", "--model-path", str(d.target_dir), "--dtype", "float32",
-              "--max-running-requests", str(args.cap), "--speculative-algorithm", "EAGLE3",
-              "--speculative-draft-model-path", str(d.draft_dir)]  # fmt: skip
+    launch = launch_argv(d, args.cap)
     phases = record["trace"] if record else trace(args.high, args.rounds, args.lengths)
     trace_file = args.out_dir / "trace.json"
     trace_file.write_text(json.dumps({"phases": phases}, indent=2))
