@@ -5,8 +5,8 @@
 1. The trace: concurrency 1, then 8, then ``--high`` (where plain decoding catches up: at 64
    it beat the chains in run 3, never at the CPU default cap of 8), then 1 again; request
    lengths cycle through ``--lengths`` (mixed). A phase runs in rounds of 2c requests with c in
-   flight (c=1: one request a round), so the batch stays near c. Every server, the tuner's
-   included, runs at most ``--cap`` requests at once (``--max-running-requests``).
+   flight (c=1: one request a round, 4x the rounds), so the batch stays near c. Every server,
+   the tuner's included, runs at most ``--cap`` requests at once (``--max-running-requests``).
 2. ``python -m sglang_eagle3.tune --trace`` on it: the cost model, the adaptive config, and one
    recommendation for the whole trace with its predicted tok/s, per phase and in all.
 3. Servers, each through the launcher: every static setting of a small grid (trees included),
@@ -64,7 +64,9 @@ def trace(high: int, rounds: int, lengths: list[int]) -> list[dict]:
     out = []
     for c in (1, 8, high, 1):
         per_round = 1 if c == 1 else 2 * c
-        n = (rounds * 2 if c == 1 else rounds) * per_round
+        # a lone request's round lasts about a second, where this machine's speed moves by
+        # half (run 3: one server's paired c=1 rounds read 0.79x to 2.38x plain): 4x the rounds
+        n = (rounds * 4 if c == 1 else rounds) * per_round
         out.append({"concurrency": c, "requests": n, "per_round": per_round,
                     "lengths": lengths})  # fmt: skip
     return out
@@ -211,7 +213,7 @@ def main() -> int:
     p.add_argument("--cap", type=int, default=64, help="--max-running-requests of every server "
                    "and the tuner's (SGLang's CPU default is 8; at 8 plain never leads on the "
                    "tiny models)")  # fmt: skip
-    p.add_argument("--rounds", type=int, default=3, help="rounds per phase (c=1: twice this)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds per phase (c=1: 4x this)")
     p.add_argument("--lengths", default="24,64,40,56", help="max_new_tokens, cycled")
     p.add_argument("--static", default=STATIC, help="the static settings served, as sSkKnN")
     p.add_argument("--tune-result", type=Path, help="the tuner's --json of an earlier run on "

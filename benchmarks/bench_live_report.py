@@ -128,6 +128,9 @@ def markdown(record: dict) -> str:
         lines.append(f"The recommendation ({g['recommended']}) / the best server ({g['best']}): "
                      f"{g['rec_vs_best']:.3f}; per phase: " + ", ".join(
                          f"{r['rec_vs_best']:.3f}" for r in g["per_phase"]) + ".")  # fmt: skip
+    else:
+        lines.append(f"The recommendation ({g['recommended']}) was not served in this run.")
+    lines.append("The tuner: " + "; ".join(record["tune"]["mix"]["why"][:2]) + ".")
     lines.append("Whole-trace prediction error: " + ", ".join(
         f"{n} {e:+.1%}" for n, e in sorted(g["whole_error"].items())) + ".")  # fmt: skip
     if "speedup_error" in g:

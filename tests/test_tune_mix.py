@@ -56,6 +56,25 @@ def test_the_whole_mix_is_its_tokens_over_its_time_and_the_report_says_where_it_
     assert heavy["recommended"] == "plain"
 
 
+def test_a_near_tie_in_the_whole_goes_to_the_deployment_no_concurrency_leaves_far_behind():
+    # bench_live run 3's shape: a chain config leads the whole mix by 0.01 % and runs 0.86x the
+    # tree at one request; the tree is within 5 % everywhere
+    phases = [Phase(1, 0.02), Phase(64, 0.98)]
+    chain, tree = {1: 65.0, 64: 666.0}, {1: 76.0, 64: 640.0}
+    assert whole(phases, chain) > whole(phases, tree)
+    got = recommend(phases, {"chain": chain, "tree": tree})
+    assert got["recommended"] == "tree"
+    assert got["worst_vs_fastest"] == {"chain": round(65 / 76, 3), "tree": round(640 / 666, 3)}
+    assert any(w.startswith("not chain") and "below 0.90x" in w for w in got["why"])
+    # 5 % ahead in the whole, it is still passed over: the floor is the rule, not a margin
+    far = {1: 65.0, 64: 710.0}
+    assert whole(phases, far) > 1.05 * whole(phases, tree)
+    assert recommend(phases, {"chain": far, "tree": tree})["recommended"] == "tree"
+    # where every candidate falls below the floor somewhere, the whole mix decides
+    both = recommend(phases, {"chain": {1: 65.0, 64: 900.0}, "tree": {1: 76.0, 64: 640.0 * 0.9}})
+    assert both["recommended"] == "chain"
+
+
 def _saved(tmp_path, target, draft, **identity_changes) -> str:
     from sglang_eagle3.tune.saved import identity
 
@@ -98,7 +117,8 @@ def test_a_saved_result_predicts_another_mix_and_refuses_another_drafter(tmp_pat
     assert capped["mix"]["running_cap"] == 8 and "64" not in capped["per_concurrency"]
     assert capped["mix"]["per_concurrency_tok_s"]["plain"]["64"] < mix["per_concurrency_tok_s"][
         "plain"]["64"]  # fmt: skip
-    assert mix["recommended"] == max(mix["whole_tok_s"], key=mix["whole_tok_s"].get)
+    even = [n for n, w in mix["worst_vs_fastest"].items() if w >= mix["floor"]]
+    assert mix["recommended"] == max(even or mix["whole_tok_s"], key=mix["whole_tok_s"].get)
     assert result["from_tune_result"] == good and not (tmp_path / "tune-logs").exists()
     for change, what in (({"draft_weights_sha256": "0" * 64}, "another drafter"),
                          ({"target_sha256": "1" * 64}, "another target")):  # fmt: skip
