@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from conftest_helpers_layout import flat_config, make_flat_draft, run_main, write_json
@@ -16,7 +17,9 @@ from sglang_eagle3.tune.cost import CostModel, Measured, accept_scale, break_eve
 from sglang_eagle3.tune.grid import Setting, grid, parse_range
 from sglang_eagle3.tune.report import adaptive_config, adaptive_flags, predict, verdict
 
-TRUE = CostModel(p0=0.010, p1=0.002, v1=0.0004, t0=0.004, d0=0.003, d1=0.0005, z0=0.001, z1=3e-4)
+# steps 0's slope is its one extended token and the per-request work: z1 = d1 + r1
+TRUE = CostModel(p0=0.010, p1=0.002, v1=0.0004, t0=0.004, d0=0.003, d1=0.0005, z0=0.001,
+                 z1=0.0005 + 6e-4, r1=6e-4)  # fmt: skip
 
 
 def _points(model: CostModel) -> list[Measured]:
@@ -40,11 +43,20 @@ def test_the_fit_recovers_the_costs_that_made_the_measurements():
     bent = fit([*_points(TRUE), Measured(0, 0, 0, 8, 2 * TRUE.plain(8))])  # two timings at 8
     assert bent.plain(8) == pytest.approx(1.5 * TRUE.plain(8))
     assert CostModel.from_dict(got.to_dict()).plain(20) == pytest.approx(got.plain(20))
-    # without a steps-0 server, steps 0 is priced as a cycle without draft steps
-    untimed = fit([m for m in _points(TRUE) if not m.steps0])
-    assert untimed.z0 is None and untimed.steps0(8) == pytest.approx(
-        TRUE.plain(8) + TRUE.t0 + TRUE.d1 * 8
+    # the per-request work is its own part of a cycle, 32 requests' worth at 32
+    assert got.parts(1, 1, 2, 32)["per_request"] == pytest.approx(32 * TRUE.r1)
+    # without a steps-0 server, two servers cannot tell R1 from the per-token costs: it is
+    # left out, and steps 0 is priced as a cycle without draft steps
+    flat = replace(TRUE, r1=0.0, z1=TRUE.d1)
+    untimed = fit([m for m in _points(flat) if not m.steps0])
+    assert (
+        untimed.z0 is None
+        and untimed.r1 == 0
+        and untimed.steps0(8) == pytest.approx(flat.plain(8) + flat.t0 + flat.d1 * 8)
     )
+    # a saved model from before R1 loads without it
+    old = {k: v for k, v in got.to_dict().items() if k != "r1"}
+    assert CostModel.from_dict(old).r1 == 0.0
 
 
 def test_the_profile_is_scaled_to_the_served_drafts_and_every_prompt_is_timed_alike():

@@ -8,6 +8,7 @@ decode forwards run on c * topk beams):
                                                           n - 1 more tokens per request
                       + T0 + D1 * c * n                   the extend, and fixed extra costs
                       + (s - 1) * (D0 + D1 * c * k)       the draft decode steps
+                      + R1 * c                            per request, whatever its tokens
     plain(c)          = the plain server's measured step, linear between its concurrencies
                         (P0 + P1 * c where none was timed, and beyond the last by P1)
 
@@ -22,10 +23,18 @@ the cycle times of two speculative servers with different step counts and widths
 several concurrencies. Predicted decode speed per request: accept_length / cycle (tokens per
 second); plain: 1 / plain(c).
 
+R1 is what a speculative cycle pays per request beyond its tokens: the per-request work of
+building the draft tree and walking the verify's accepted tokens (a Python loop per request in
+the CPU harness's spec ops). Two servers cannot tell it from the per-token costs; a steps-0
+server can, and it is fitted only with one: steps 0 verifies one token with no draft step, so
+its cycle is ``plain(c) + Z0 + (D1 + R1) * c``, its own fixed part Z0 fitted with the rest.
+Without R1 the tuner's grid put the one-step chain 12-23 % high at one request and 11 % low at
+64 (bench_live runs 3 and 4, both ways), and priced draft steps at nothing (D0 = 0).
+
 Steps 0 (SGLang's adaptive mode with a [0] slot) is not plain decoding: each cycle still
 verifies one token through the speculative path and runs the drafter's extend on it. It is
 priced from its own server where one was timed, ``steps0(c) = plain(c) + Z0 + Z1 * c``, else as
-a cycle without draft steps, ``plain(c) + T0 + D1 * c``.
+a cycle without draft steps, ``plain(c) + T0 + (D1 + R1) * c``.
 """
 
 from __future__ import annotations
@@ -68,6 +77,7 @@ class CostModel:
     arr_plain: float | None = None  # plain decoding
     arr0: float | None = None  # a speculative server: arr0 + arr1 * steps
     arr1: float | None = None
+    r1: float = 0.0  # seconds per request of every speculative cycle (0: not fitted)
     plain_points: tuple[tuple[int, float], ...] = ()  # (concurrency, seconds) timed, sorted
 
     def plain(self, c: float) -> float:
@@ -84,7 +94,7 @@ class CostModel:
     def steps0(self, c: int) -> float:
         """Seconds per cycle of SGLang's adaptive steps 0 (one verified token, no draft)."""
         if self.z0 is None or self.z1 is None:
-            return self.plain(c) + self.t0 + self.d1 * c
+            return self.plain(c) + self.t0 + (self.d1 + self.r1) * c
         return self.plain(c) + self.z0 + self.z1 * c
 
     def arrival(self, steps: float | None) -> float:
@@ -97,11 +107,13 @@ class CostModel:
 
     def parts(self, s: int, k: int, n: int, c: int) -> dict[str, float]:
         """Seconds per cycle by part: verify and draft extend (their per-token costs), draft
-        steps, and the fixed rest (the target's, the extend's and the scheduler's)."""
+        steps, the per-request work and the fixed rest (the target's, the extend's and the
+        scheduler's)."""
         return {
             "verify": self.plain(c) + self.v1 * c * (n - 1),
             "draft_extend": self.d1 * c * n,
             "draft_steps": (s - 1) * (self.d0 + self.d1 * c * k),
+            "per_request": self.r1 * c,
             "rest": self.t0,
         }
 
@@ -141,7 +153,7 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
 
 
 def nnls(a: list[list[float]], b: list[float]) -> list[float]:
-    """Non-negative least squares by trying every subset of free variables (n <= 4)."""
+    """Non-negative least squares by trying every subset of free variables (n <= 6)."""
     n, best, best_err = len(a[0]), [0.0] * len(a[0]), float("inf")
     for size in range(n + 1):
         for free in itertools.combinations(range(n), size):
@@ -177,17 +189,22 @@ def fit(measured: list[Measured]) -> CostModel:
         by_c.setdefault(m.concurrency, []).append(m.seconds)
     points = tuple((c, sum(v) / len(v)) for c, v in sorted(by_c.items()))
     line = CostModel(p0, p1, 0, 0, 0, 0, plain_points=points)
+    joint = len({m.concurrency for m in zero}) > 1  # steps 0's slope tells R1 from D1
     rows, ys = [], []
     for m in spec:
         c, s, k, n = m.concurrency, m.steps, m.topk, m.draft_tokens
-        rows.append([1.0, float(c * (n - 1)), float(s - 1), c * (n + (s - 1) * k)])
+        per_token = [1.0, float(c * (n - 1)), float(s - 1), c * (n + (s - 1) * k)]
+        rows.append([*per_token, c, 0.0] if joint else per_token)
         ys.append(m.seconds - line.plain(c))
+    if joint:  # steps 0: Z0, then the extend of one token and the per-request work
+        for m in zero:
+            rows.append([0.0, 0.0, 0.0, m.concurrency, m.concurrency, 1.0])
+            ys.append(m.seconds - line.plain(m.concurrency))
+        t0, v1, d0, d1, r1, z0 = nnls(rows, ys)
+        return CostModel(p0, p1, v1, t0, d0, d1, z0, d1 + r1, r1=r1, plain_points=points)
     t0, v1, d0, d1 = nnls(rows, ys)
     z0 = z1 = None
-    if len({m.concurrency for m in zero}) > 1:
-        z0, z1 = nnls([[1.0, m.concurrency] for m in zero],
-                       [m.seconds - line.plain(m.concurrency) for m in zero])  # fmt: skip
-    elif zero:
+    if zero:  # one concurrency: its excess over plain, flat
         z0, z1 = max(0.0, zero[0].seconds - line.plain(zero[0].concurrency)), 0.0
     return CostModel(p0, p1, v1, t0, d0, d1, z0, z1, plain_points=points)
 
