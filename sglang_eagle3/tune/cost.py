@@ -28,8 +28,8 @@ building the draft tree and walking the verify's accepted tokens (a Python loop 
 the CPU harness's spec ops). Two servers cannot tell it from the per-token costs; a steps-0
 server can, and it is fitted only with one: steps 0 verifies one token with no draft step, so
 its cycle is ``plain(c) + Z0 + (D1 + R1) * c``, its own fixed part Z0 fitted with the rest.
-Without R1 the tuner's grid put the one-step chain 12-23 % high at one request and 11 % low at
-64 (bench_live runs 3 and 4, both ways), and priced draft steps at nothing (D0 = 0).
+Without R1 the fit put the one-step chain's cycle 18-19 % high at one request and 11-12 % low
+at 64 (bench_live runs 3 and 4 alike), and priced draft steps at nothing (D0 = 0).
 
 Steps 0 (SGLang's adaptive mode with a [0] slot) is not plain decoding: each cycle still
 verifies one token through the speculative path and runs the drafter's extend on it. It is
