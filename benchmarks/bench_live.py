@@ -168,8 +168,10 @@ def subjects(result: dict, launch: list[str], out_dir: Path, grid: list[Setting]
     return out
 
 
-def predictions(result: dict, phases: list[Phase]) -> dict:
-    """Per server name: predicted tok/s in all per concurrency, and over the whole trace."""
+def predictions(result: dict, phases: list[Phase], served: dict) -> dict:
+    """Per server name: predicted tok/s in all per concurrency, and over the whole trace;
+    ``served``: the adaptive config the "adaptive" server ran (a refit's tuner may write
+    another)."""
     from sglang.srt.speculative.adaptive_spec_params import DEFAULT_ADAPTIVE_CONFIG
 
     from sglang_eagle3.tune.predict_mix import adaptive_served
@@ -182,14 +184,24 @@ def predictions(result: dict, phases: list[Phase]) -> dict:
     cap, tokens = mix["running_cap"], mix["tokens_per_request"]
     per["adaptive-default"], _ = adaptive_served(model, profile, DEFAULT_ADAPTIVE_CONFIG, phases,
                                                  cap, tokens, initial=DEFAULT_STEPS)  # fmt: skip
+    if served:
+        per["adaptive"], _ = adaptive_served(model, profile, served, phases, cap, tokens)
     return {n: {"per_c": row, "whole": whole(phases, row)} for n, row in per.items()}
 
 
 def refresh(args, launch: list[str], record: dict, trace_file: Path) -> dict:
     """The record's figures again with this tuner's predictions (its saved result re-read with
-    --tune-result: no server starts) and this report's arithmetic."""
+    --tune-result: no server starts) and this report's arithmetic; with ``--refit``, its cost
+    model first fitted again to its own timings by this version's fit."""
+    from sglang_eagle3.tune.saved import refit_of
+
+    # the config the adaptive server ran, whatever the tuner would write now
+    served = record.setdefault("served_adaptive_config", record["tune"]["adaptive_config"])
     saved = args.out_dir / "tune_result.json"
-    saved.write_text(json.dumps({k: v for k, v in record["tune"].items() if k != "wall_s"}))
+    tune = {k: v for k, v in record["tune"].items() if k != "wall_s"}
+    if args.refit:
+        tune["model"] = refit_of(tune).to_dict()
+    saved.write_text(json.dumps(tune))
     cmd = [sys.executable, "-m", "sglang_eagle3.tune", *launch, "--trace", str(trace_file),
            "--steps", "1-4", "--topk", "1-2", "--max-draft-tokens", "6", "--tune-result",
            str(saved), "--json"]  # fmt: skip
@@ -200,9 +212,9 @@ def refresh(args, launch: list[str], record: dict, trace_file: Path) -> dict:
     keep = {k: v for k, v in record["tune"].items() if k not in fresh}
     record["tune"] = {**keep, **fresh}
     mix = [phase_of(x) for x in fresh["mix"]["phases"]]
-    record["predicted"] = predictions(record["tune"], mix)
+    record["predicted"] = predictions(record["tune"], mix, served)
     record["summary"] = goals(record)
-    record["refreshed"] = time.strftime("%Y-%m-%d %H:%M")
+    record["refreshed"] = time.strftime("%Y-%m-%d %H:%M") + (" (refit)" if args.refit else "")
     return record
 
 
@@ -223,8 +235,12 @@ def main() -> int:
     p.add_argument("--rereport", action="store_true", help="no server: the last run's record "
                    "(bench_live.jsonl) with the tuner's predictions recomputed from its saved "
                    "result (its own trace and cap), and its report written again")  # fmt: skip
+    p.add_argument("--refit", action="store_true", help="with --rereport: the cost model "
+                   "fitted again to the record's own timings by this version's fit")  # fmt: skip
     args = p.parse_args()
     args.lengths = [int(x) for x in args.lengths.split(",")]
+    if args.refit and not args.rereport:
+        p.error("--refit re-reads a record: give it with --rereport")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     from sglang_eagle3.testing.tiny.drafter import tiny_drafter
 
@@ -278,7 +294,7 @@ def main() -> int:
               "tune_result": str(args.tune_result) if args.tune_result else "run here",
               "trace": phases, "lengths": args.lengths, "cap": args.cap, "tune": result,
               "runs": runs,
-              "predicted": predictions(result, mix)}  # fmt: skip
+              "predicted": predictions(result, mix, result["adaptive_config"])}  # fmt: skip
     record["summary"] = goals(record)
     with (args.out_dir / "bench_live.jsonl").open("a") as f:
         f.write(json.dumps(record) + "\n")

@@ -43,16 +43,19 @@ def goals(record: dict) -> dict:
     rec = mix["recommended"]
     best = max(m, key=lambda n: m[n]["whole"])
     phases = record["trace"]
+    # a refit's tuner may recommend an adaptive config other than the one served
+    served = record.get("served_adaptive_config", record["tune"]["adaptive_config"])
+    ran = rec in m and not (rec == "adaptive" and served != record["tune"]["adaptive_config"])
     out = {"recommended": rec, "best": best,
-           "rec_vs_best": m[rec]["whole"] / m[best]["whole"] if rec in m else None}  # fmt: skip
+           "rec_vs_best": m[rec]["whole"] / m[best]["whole"] if ran else None}  # fmt: skip
     if "adaptive" in m and "adaptive-default" in m:
         out["tuned_vs_default_adaptive"] = m["adaptive"]["whole"] / m["adaptive-default"]["whole"]
     per_phase = []
     for k, ph in enumerate(phases):
         top = max(m, key=lambda n: m[n]["phases"][k])
         row = {"phase": k, "concurrency": ph["concurrency"], "best": top,
-               "rec_vs_best": m[rec]["phases"][k] / m[top]["phases"][k] if rec in m else None,
-               "rec_below_plain": rec in m and m[rec]["phases"][k] < m["plain"]["phases"][k],
+               "rec_vs_best": m[rec]["phases"][k] / m[top]["phases"][k] if ran else None,
+               "rec_below_plain": ran and m[rec]["phases"][k] < m["plain"]["phases"][k],
                "predicted_below_plain": any(w.startswith(f"at {ph['concurrency']}:") and
                                             "BELOW plain" in w for w in mix["why"])}  # fmt: skip
         per_phase.append(row)
@@ -67,7 +70,8 @@ def goals(record: dict) -> dict:
     out["lossless"] = all(r["lossless"] for r in record["runs"])
     for r in record["runs"]:
         if r["name"] == "adaptive":
-            out["adaptive_settles"] = slot_settles(record["tune"], r)
+            out["adaptive_settles"] = slot_settles({**record["tune"], "adaptive_config": served},
+                                                   r)  # fmt: skip
     return out
 
 
@@ -113,7 +117,7 @@ def markdown(record: dict) -> str:
         cells = [f"{v:.0f} ({_per_c(p, ph['concurrency']):.0f})" if p else f"{v:.0f}"
                  for v, ph in zip(m[name]["phases"], record["trace"], strict=True)]  # fmt: skip
         whole = f"{m[name]['whole']:.0f} ({p['whole']:.0f})" if p else f"{m[name]['whole']:.0f}"
-        mark = " (recommended)" if name == g["recommended"] else ""
+        mark = " (recommended)" if name == g["recommended"] and g["rec_vs_best"] else ""
         ratio, same = m[name]["whole"] / best, lossless.get(name, "reference")
         lines.append(f"| {name}{mark} | " + " | ".join(cells) + f" | {whole} | {ratio:.3f} | "
                      f"{same} |")  # fmt: skip
@@ -129,7 +133,8 @@ def markdown(record: dict) -> str:
                      f"{g['rec_vs_best']:.3f}; per phase: " + ", ".join(
                          f"{r['rec_vs_best']:.3f}" for r in g["per_phase"]) + ".")  # fmt: skip
     else:
-        lines.append(f"The recommendation ({g['recommended']}) was not served in this run.")
+        what = "its config was" if g["recommended"] == "adaptive" else "it was"
+        lines.append(f"The recommendation ({g['recommended']}): {what} not served in this run.")
     lines.append("The tuner: " + "; ".join(record["tune"]["mix"]["why"][:2]) + ".")
     lines.append("Whole-trace prediction error: " + ", ".join(
         f"{n} {e:+.1%}" for n, e in sorted(g["whole_error"].items())) + ".")  # fmt: skip

@@ -59,6 +59,24 @@ def test_the_fit_recovers_the_costs_that_made_the_measurements():
     assert CostModel.from_dict(old).r1 == 0.0
 
 
+def test_a_saved_result_is_fitted_again_to_its_own_timings():
+    from dataclasses import asdict
+
+    from sglang_eagle3.tune.rounds import ArrivalRound, fit_arrivals
+    from sglang_eagle3.tune.saved import arrival_rounds_of, refit_of
+
+    rounds = [ArrivalRound(-1, 0, 0, 4, 8, (10, 20), 1.0),
+              ArrivalRound(1, 1, 2, 4, 8, (10, 20), 1.2, 1.7)]  # fmt: skip
+    saved = {"model": replace(TRUE, r1=0.0).to_dict(),  # as saved before R1
+             "measured": [asdict(m) for m in _points(TRUE)],
+             "arrival_rounds": [{**asdict(r), "per_request_s": 0.01} for r in rounds]}  # fmt: skip
+    saved = json.loads(json.dumps(saved))  # as read back: the lengths are lists
+    assert arrival_rounds_of(saved) == rounds and arrival_rounds_of({}) == []
+    got = refit_of(saved)
+    assert got.r1 == pytest.approx(TRUE.r1)
+    assert got == fit_arrivals(fit(_points(TRUE)), rounds) and got.arr_plain is not None
+
+
 def test_the_profile_is_scaled_to_the_served_drafts_and_every_prompt_is_timed_alike():
     from sglang_eagle3.tune.measure import MIN_ROUNDS, PER_PROMPT, round_count
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from sglang_eagle3.checkpoint.draft_identity import WEIGHT_SUFFIXES, draft_weights_sha256
 from sglang_eagle3.errors import WiringError
-from sglang_eagle3.tune.cost import CostModel, Measured
+from sglang_eagle3.tune.cost import CostModel, Measured, fit
 from sglang_eagle3.tune.grid import Setting
+from sglang_eagle3.tune.rounds import ArrivalRound, fit_arrivals
 
 NEEDED = ("identity", "model", "profile", "measured", "timing", "acceptance_source")
 
@@ -71,3 +72,16 @@ def profile_of(result: dict) -> dict[Setting, float]:
 
 def measured_of(result: dict) -> list[Measured]:
     return [Measured(**m) for m in result["measured"]]
+
+
+def arrival_rounds_of(result: dict) -> list[ArrivalRound]:
+    """The trace-like rounds the tuner timed (none in a result from before them)."""
+    fields = ArrivalRound.__dataclass_fields__
+    return [ArrivalRound(**{k: tuple(v) if k == "lengths" else v for k, v in r.items()
+                            if k in fields}) for r in result.get("arrival_rounds", [])]  # fmt: skip
+
+
+def refit_of(result: dict) -> CostModel:
+    """The model fitted again to the result's own timings by this version's fit: a result
+    saved before a change to the cost model, re-read with the change and nothing re-timed."""
+    return fit_arrivals(fit(measured_of(result)), arrival_rounds_of(result))
