@@ -184,7 +184,7 @@ def predictions(result: dict, phases: list[Phase], served: dict) -> dict:
     cap, tokens = mix["running_cap"], mix["tokens_per_request"]
     per["adaptive-default"], _ = adaptive_served(model, profile, DEFAULT_ADAPTIVE_CONFIG, phases,
                                                  cap, tokens, initial=DEFAULT_STEPS)  # fmt: skip
-    if served:
+    if served and served != result["adaptive_config"]:  # the tuner's own figure is another's
         per["adaptive"], _ = adaptive_served(model, profile, served, phases, cap, tokens)
     return {n: {"per_c": row, "whole": whole(phases, row)} for n, row in per.items()}
 

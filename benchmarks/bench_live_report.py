@@ -117,7 +117,7 @@ def markdown(record: dict) -> str:
         cells = [f"{v:.0f} ({_per_c(p, ph['concurrency']):.0f})" if p else f"{v:.0f}"
                  for v, ph in zip(m[name]["phases"], record["trace"], strict=True)]  # fmt: skip
         whole = f"{m[name]['whole']:.0f} ({p['whole']:.0f})" if p else f"{m[name]['whole']:.0f}"
-        mark = " (recommended)" if name == g["recommended"] and g["rec_vs_best"] else ""
+        mark = " (recommended)" if name == g["recommended"] and g["rec_vs_best"] is not None else ""
         ratio, same = m[name]["whole"] / best, lossless.get(name, "reference")
         lines.append(f"| {name}{mark} | " + " | ".join(cells) + f" | {whole} | {ratio:.3f} | "
                      f"{same} |")  # fmt: skip
