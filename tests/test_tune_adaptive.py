@@ -139,8 +139,10 @@ RUN5_DRAFTS = {0: 0.0, 1: 0.742346, 2: 1.027721, 3: 1.125002, 4: 1.266816, 5: 1.
 def _stream(rng: random.Random, lam: float, drafts: dict[int, float], steps: int) -> int:
     """One request's accepted drafts at ``steps``: mean ``lam * drafts[steps]``, spread as a
     request's real count is (0 to steps)."""
-    mean = min(lam * drafts[steps], steps) if steps else 0.0
-    return sum(rng.random() < mean / steps for _ in range(steps)) if steps else 0
+    if not steps:
+        return 0
+    mean = min(lam * drafts[steps], steps)
+    return sum(rng.random() < mean / steps for _ in range(steps))
 
 
 @pytest.mark.parametrize("model,drafts", [(RUN5, RUN5_DRAFTS), (MODEL, drafts_at(P0))])
